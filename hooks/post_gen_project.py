@@ -1,0 +1,46 @@
+"""Keep only the files of the options chosen.
+
+Safe to run twice on the same folder (cruft re-runs hooks): every step checks
+what is there before it moves or removes anything. No network, no prompts.
+"""
+
+import shutil
+from pathlib import Path
+
+DATASET = "{{ cookiecutter.dataset }}"
+LICENSE = "{{ cookiecutter.license }}"
+GITHUB_ACTIONS = "{{ cookiecutter.github_actions }}"
+PACKAGE = Path("src") / "{{ cookiecutter.package_name }}"
+
+# The torchvision datasets share one loader file; the others have their own.
+VARIANT = {"mnist": "torchvision", "fashion_mnist": "torchvision", "cifar10": "torchvision"}
+VARIANT_FILES = {
+    PACKAGE / "data.py": PACKAGE / "datasets",
+    Path("tests") / "conftest.py": Path("tests") / "datasets",
+}
+
+
+def choose(target: Path, variants: Path, name: str) -> None:
+    """Move variants/<name>.py to target, then remove the variants folder."""
+    chosen = variants / f"{name}.py"
+    if chosen.exists():
+        chosen.replace(target)
+    shutil.rmtree(variants, ignore_errors=True)
+
+
+def main() -> None:
+    for target, variants in VARIANT_FILES.items():
+        choose(target, variants, VARIANT.get(DATASET, DATASET))
+
+    licenses = Path("licenses")
+    if licenses.exists():
+        if LICENSE != "none":
+            (licenses / LICENSE).replace("LICENSE")
+        shutil.rmtree(licenses)
+
+    if GITHUB_ACTIONS != "yes":
+        shutil.rmtree(".github", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Plain nn.Modules that map a batch of images (N, C, H, W) to class logits.
+
+Each takes `in_channels` and `num_classes` first; the model builds it with the
+numbers the data module reports, so a config only names the class and its
+remaining arguments.
+"""
+
+import torchvision
+from torch import Tensor, nn
+
+
+class SmallCNN(nn.Module):
+    """Three conv blocks and a linear head; works for any input from 8x8 up."""
+
+    def __init__(
+        self, in_channels: int, num_classes: int, width: int = 32, dropout: float = 0.1
+    ) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            conv_block(in_channels, width),
+            conv_block(width, 2 * width),
+            nn.MaxPool2d(2),
+            conv_block(2 * width, 4 * width),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
+        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(4 * width, num_classes))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.features(x))
+
+
+def conv_block(in_channels: int, out_channels: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1, bias=False),
+        nn.BatchNorm2d(out_channels),
+        nn.ReLU(inplace=True),
+    )
+
+
+class TorchvisionBackbone(nn.Module):
+    """Any torchvision classification model by name, e.g. resnet18 or efficientnet_b0.
+
+    `weights` names torchvision weights ("DEFAULT", "IMAGENET1K_V1", ...); they are
+    downloaded on first use and the final linear layer is replaced to fit
+    `num_classes`. Inputs with other than 3 channels pass through a 1x1 conv first.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        name: str = "resnet18",
+        weights: str | None = None,
+    ) -> None:
+        super().__init__()
+        available = torchvision.models.list_models(module=torchvision.models)
+        if name not in available:
+            raise ValueError(
+                f"backbone name {name!r} is not a torchvision classification model; "
+                f"accepted: {', '.join(available)}"
+            )
+        if weights is None:
+            self.net = torchvision.models.get_model(name, num_classes=num_classes)
+        else:
+            self.net = torchvision.models.get_model(name, weights=weights)
+            replace_last_linear(self.net, num_classes)
+        self.stem = nn.Identity() if in_channels == 3 else nn.Conv2d(in_channels, 3, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(self.stem(x))
+
+
+def replace_last_linear(net: nn.Module, num_classes: int) -> None:
+    """Swap the last nn.Linear of `net` for a fresh one with `num_classes` outputs."""
+    name, last = [(n, m) for n, m in net.named_modules() if isinstance(m, nn.Linear)][-1]
+    parent_name, _, attr = name.rpartition(".")
+    parent = net.get_submodule(parent_name) if parent_name else net
+    setattr(parent, attr, nn.Linear(last.in_features, num_classes))

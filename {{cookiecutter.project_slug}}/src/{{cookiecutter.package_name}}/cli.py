@@ -1,0 +1,154 @@
+"""The command line: LightningCLI with short flags, argument links and one folder per run.
+
+    python train.py                                   fit, then test the best checkpoint
+    python train.py --devices 2 --max_epochs 5        short forms of --trainer.*
+    python train.py --config configs/resnet18.yaml    any --trainer.*, --model.*, --data.* key
+    python train.py --ckpt_path last                  resume the newest run of this experiment
+"""
+
+import json
+import logging
+import sys
+import warnings
+from argparse import SUPPRESS
+from pathlib import Path
+
+from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+
+from .data import DataModule
+from .datamodule import ConfigError
+from .model import ImageClassifier
+
+SHORT_FLAGS = ("accelerator", "devices", "num_nodes", "precision", "strategy", "max_epochs")
+DEFAULT_MAX_EPOCHS = {{ {"digits": 30, "mnist": 10, "fashion_mnist": 20, "cifar10": 40, "image_folder": 30}[cookiecutter.dataset] }}
+
+
+class TrainCLI(LightningCLI):
+    """Adds short flags, argument links, default callbacks and run-folder resume."""
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_argument(
+            "--ckpt_path",
+            type=str | None,
+            default=None,
+            help="Resume from this checkpoint file, or 'last': the newest run of this experiment.",
+        )
+        for flag in SHORT_FLAGS:
+            (action,) = [a for a in parser._actions if a.dest == f"trainer.{flag}"]
+            # A suppressed default keeps the Trainer's own default unless the flag is given.
+            parser.add_argument(
+                f"--{flag}",
+                dest=f"trainer.{flag}",
+                type=action._typehint,
+                default=SUPPRESS,
+                help=f"Short for --trainer.{flag}.",
+            )
+        parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
+        parser.link_arguments("data.input_shape", "model.input_shape", apply_on="instantiate")
+
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(EarlyStopping, "early_stopping")
+        parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
+        parser.set_defaults(
+            {
+                "checkpoint.monitor": "val/acc",
+                "checkpoint.mode": "max",
+                "checkpoint.save_last": True,
+                "checkpoint.filename": "epoch{epoch:03d}-val_acc{val/acc:.4f}",
+                "checkpoint.auto_insert_metric_name": False,
+                "early_stopping.monitor": "val/loss",
+                "early_stopping.patience": 10,
+                "lr_monitor.logging_interval": "step",
+                "trainer.max_epochs": DEFAULT_MAX_EPOCHS,
+                "trainer.log_every_n_steps": 10,
+                "trainer.logger": {
+                    "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                    "init_args": {"save_dir": "runs", "name": "default"},
+                },
+            }
+        )
+
+    def before_instantiate_classes(self) -> None:
+        ckpt_path = self.config.ckpt_path
+        if ckpt_path is None:
+            return
+        logger = self.config.trainer.logger
+        tensorboard = getattr(logger, "class_path", "").endswith("TensorBoardLogger")
+        if ckpt_path == "last":
+            if not tensorboard:
+                raise ConfigError("--ckpt_path last needs the TensorBoardLogger run folders; give a file path")
+            ckpt_path = newest_last_checkpoint(Path(logger.init_args.save_dir) / logger.init_args.name)
+        elif not Path(ckpt_path).is_file():
+            raise ConfigError(f"ckpt_path {ckpt_path!r} is not a file; give a checkpoint file or 'last'")
+        ckpt_path = Path(ckpt_path)
+        self.config.ckpt_path = str(ckpt_path)
+        if tensorboard and ckpt_path.parent.name == "checkpoints":
+            # Keep logging into the folder of the run being resumed.
+            run = ckpt_path.parent.parent
+            logger.init_args.save_dir = str(run.parent.parent)
+            logger.init_args.name = run.parent.name
+            logger.init_args.version = run.name
+
+
+class SaveRunConfig(SaveConfigCallback):
+    """Writes config.yaml into a new run folder; a resumed run keeps its first config.
+
+    The saved config has no ckpt_path, so `--config config.yaml` repeats the run.
+    """
+
+    def __init__(self, parser: LightningArgumentParser, config, **kwargs) -> None:
+        config = config.clone()
+        config.ckpt_path = None
+        super().__init__(parser, config, **kwargs)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        exists = trainer.is_global_zero and Path(trainer.log_dir, self.config_filename).exists()
+        if trainer.strategy.broadcast(exists):
+            self.already_saved = True
+        super().setup(trainer, pl_module, stage)
+
+
+def newest_last_checkpoint(experiment: Path) -> Path:
+    """The `last.ckpt` of the most recently written run under runs/<experiment>/."""
+    candidates = sorted(experiment.glob("version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not candidates:
+        raise ConfigError(f"--ckpt_path last: no run under {experiment} has a checkpoints/last.ckpt to resume")
+    return candidates[-1]
+
+
+def quiet_known_noise() -> None:
+    """Silence third-party messages that say nothing about this project's runs."""
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
+        lambda record: not record.getMessage().startswith("💡 Tip")
+    )
+
+
+def main(args: list[str] | None = None) -> dict[str, float]:
+    """Fit, then test the best checkpoint; return the test metrics."""
+    quiet_known_noise()
+    try:
+        cli = TrainCLI(
+            ImageClassifier,
+            DataModule,
+            args=args,
+            run=False,
+            seed_everything_default=42,
+            save_config_callback=SaveRunConfig,
+            save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,
+        )
+    except ConfigError as error:
+        sys.exit(f"error: {error}")
+    trainer = cli.trainer
+    trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    results = trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=best or None)
+    metrics = {key: float(value) for key, value in results[0].items()} if results else {}
+    if trainer.is_global_zero and trainer.log_dir:
+        path = Path(trainer.log_dir) / "test_metrics.json"
+        path.write_text(json.dumps({"checkpoint": best, **metrics}, indent=2) + "\n")
+        print(f"Run folder: {trainer.log_dir}")
+    return metrics

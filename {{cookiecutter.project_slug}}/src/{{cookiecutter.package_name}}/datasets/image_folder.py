@@ -1,0 +1,107 @@
+"""Your own images: one sub-folder per class under root/train (and optionally root/val, root/test).
+
+    root/train/cat/0001.jpg    root/val/cat/...    root/test/cat/...
+    root/train/dog/0002.png    root/val/dog/...    root/test/dog/...
+
+Without root/val, a seeded fraction of root/train is held out for validation;
+without root/test, the validation images are used for testing.
+"""
+
+from pathlib import Path
+
+import torch
+from torchvision import datasets
+from torchvision.transforms import v2
+
+from .datamodule import ConfigError, ImageDataModule
+
+# ImageNet statistics: right for photographs and for pretrained backbones.
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def eval_transform(image_size: int = 64) -> v2.Transform:
+    """Preprocessing for validation, test and prediction: resize, centre crop, normalise."""
+    return v2.Compose(
+        [
+            v2.ToImage(),
+            v2.Resize(image_size, antialias=True),
+            v2.CenterCrop(image_size),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(MEAN, STD),
+        ]
+    )
+
+
+def train_transform(image_size: int = 64) -> v2.Transform:
+    """Random crops and flips for training only."""
+    return v2.Compose(
+        [
+            v2.ToImage(),
+            v2.RandomResizedCrop(image_size, scale=(0.6, 1.0), antialias=True),
+            v2.RandomHorizontalFlip(),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(MEAN, STD),
+        ]
+    )
+
+
+def class_folders(folder: Path) -> list[str]:
+    """Names of the sub-folders of `folder`, sorted as ImageFolder sorts them."""
+    return sorted(entry.name for entry in folder.iterdir() if entry.is_dir())
+
+
+class DataModule(ImageDataModule):
+    """ImageFolder datasets read from `root`; images are converted to RGB of `image_size`."""
+
+    def __init__(
+        self,
+        root: Path = Path("data"),
+        image_size: int = 64,
+        batch_size: int = 32,
+        num_workers: int | None = None,
+        val_fraction: float = 0.1,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(batch_size, num_workers, val_fraction, seed)
+        self.root = Path(root)
+        self.image_size = image_size
+        train = self.root / "train"
+        if not train.is_dir():
+            raise ConfigError(
+                f"data.root {str(self.root)!r} has no 'train' folder; expected "
+                f"{self.root}/train/<class name>/<image files>"
+            )
+        self.class_names = tuple(class_folders(train))
+        if len(self.class_names) < 2:
+            raise ConfigError(
+                f"data.root {str(train)!r} holds {len(self.class_names)} class folder(s); "
+                f"a classifier needs at least 2"
+            )
+        for split in ("val", "test"):
+            folder = self.root / split
+            if folder.is_dir() and class_folders(folder) != list(self.class_names):
+                raise ConfigError(
+                    f"{folder} has classes {class_folders(folder)}, but train has "
+                    f"{list(self.class_names)}; every split needs the same class folders"
+                )
+        self.input_shape = (3, image_size, image_size)
+
+    def setup(self, stage: str | None = None) -> None:
+        train = self.root / "train"
+        if (self.root / "val").is_dir():
+            self.train_set = self._folder(train, train_transform(self.image_size))
+            self.val_set = self._folder(self.root / "val", eval_transform(self.image_size))
+        else:
+            self.train_set, self.val_set = self.split(
+                self._folder(train, train_transform(self.image_size)),
+                self._folder(train, eval_transform(self.image_size)),
+            )
+        test = self.root / "test"
+        self.test_set = (
+            self._folder(test, eval_transform(self.image_size)) if test.is_dir() else self.val_set
+        )
+
+    @staticmethod
+    def _folder(path: Path, transform: v2.Transform) -> datasets.ImageFolder:
+        # ImageFolder's default loader opens every image as RGB.
+        return datasets.ImageFolder(path, transform=transform)

@@ -1,0 +1,76 @@
+{#- This file is kept only for the torchvision datasets; the others render it with MNIST's values, then delete it. -#}
+{%- set specs = {
+    "mnist": {
+        "title": "MNIST: 70,000 handwritten digits of 28x28 pixels",
+        "cls": "MNIST", "shape": "(1, 28, 28)", "mean": "(0.1307,)", "std": "(0.3081,)",
+        "classes": '("0", "1", "2", "3", "4", "5", "6", "7", "8", "9")',
+        "augment": "v2.RandomAffine(degrees=10, translate=(0.1, 0.1))",
+    },
+    "fashion_mnist": {
+        "title": "Fashion-MNIST: 70,000 clothing images of 28x28 pixels in 10 classes",
+        "cls": "FashionMNIST", "shape": "(1, 28, 28)", "mean": "(0.2860,)", "std": "(0.3530,)",
+        "classes": '(\n    "T-shirt/top",\n    "Trouser",\n    "Pullover",\n    "Dress",\n    "Coat",\n    "Sandal",\n    "Shirt",\n    "Sneaker",\n    "Bag",\n    "Ankle boot",\n)',
+        "augment": "v2.RandomCrop(28, padding=2), v2.RandomHorizontalFlip()",
+    },
+    "cifar10": {
+        "title": "CIFAR-10: 60,000 colour images of 32x32 pixels in 10 classes",
+        "cls": "CIFAR10", "shape": "(3, 32, 32)", "mean": "(0.4914, 0.4822, 0.4465)", "std": "(0.2470, 0.2435, 0.2616)",
+        "classes": '(\n    "airplane",\n    "automobile",\n    "bird",\n    "cat",\n    "deer",\n    "dog",\n    "frog",\n    "horse",\n    "ship",\n    "truck",\n)',
+        "augment": "v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip()",
+    },
+} -%}
+{%- set spec = specs.get(cookiecutter.dataset, specs.mnist) -%}
+"""{{ spec.title }}, downloaded by torchvision."""
+
+from pathlib import Path
+
+import torch
+from torchvision import datasets
+from torchvision.transforms import v2
+
+from .datamodule import ImageDataModule
+
+DATASET = datasets.{{ spec.cls }}
+CLASS_NAMES = {{ spec.classes }}
+INPUT_SHAPE = {{ spec.shape }}
+# Per-channel mean and std of the training images, pixel values scaled to [0, 1].
+MEAN, STD = {{ spec.mean }}, {{ spec.std }}
+
+
+def eval_transform() -> v2.Transform:
+    """Preprocessing for validation, test and prediction: to tensor, normalised."""
+    return v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+
+
+def train_transform() -> v2.Transform:
+    """Random augmentation for training only, then the evaluation preprocessing."""
+    return v2.Compose([{{ spec.augment }}, eval_transform()])
+
+
+class DataModule(ImageDataModule):
+    """The official training set split into train and val with a fixed seed; the official test set."""
+
+    def __init__(
+        self,
+        root: Path = Path("data"),
+        batch_size: int = 128,
+        num_workers: int | None = None,
+        val_fraction: float = 0.1,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(batch_size, num_workers, val_fraction, seed)
+        self.root = Path(root)
+        self.class_names = CLASS_NAMES
+        self.input_shape = INPUT_SHAPE
+
+    def prepare_data(self) -> None:
+        # Runs on one process per node; downloads only what is missing.
+        DATASET(self.root, train=True, download=True)
+        DATASET(self.root, train=False, download=True)
+
+    def setup(self, stage: str | None = None) -> None:
+        self.train_set, self.val_set = self.split(
+            DATASET(self.root, train=True, transform=train_transform()),
+            DATASET(self.root, train=True, transform=eval_transform()),
+        )
+        self.test_set = DATASET(self.root, train=False, transform=eval_transform())
