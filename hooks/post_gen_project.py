@@ -16,7 +16,7 @@ PACKAGE = Path("src") / "{{ cookiecutter.package_name }}"
 VARIANT = {"mnist": "torchvision", "fashion_mnist": "torchvision", "cifar10": "torchvision"}
 VARIANT_FILES = {
     PACKAGE / "data.py": PACKAGE / "datasets",
-    Path("tests") / "conftest.py": Path("tests") / "datasets",
+    Path("tests") / "fake_data.py": Path("tests") / "datasets",
 }
 
 

@@ -1,9 +1,9 @@
 """The command line: LightningCLI with short flags, argument links and one folder per run.
 
-    python train.py                                   fit, then test the best checkpoint
-    python train.py --devices 2 --max_epochs 5        short forms of --trainer.*
-    python train.py --config configs/resnet18.yaml    any --trainer.*, --model.*, --data.* key
-    python train.py --ckpt_path last                  resume the newest run of this experiment
+python train.py                                   fit, then test the best checkpoint
+python train.py --devices 2 --max_epochs 5        short forms of --trainer.*
+python train.py --config configs/resnet18.yaml    any --trainer.*, --model.*, --data.* key
+python train.py --ckpt_path last                  resume the newest run of this experiment
 """
 
 import json
@@ -47,18 +47,24 @@ class TrainCLI(LightningCLI):
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.input_shape", apply_on="instantiate")
 
+        # Two checkpoint callbacks: the best by val/acc, and the newest state for resuming
+        # (ModelCheckpoint's own save_last only refreshes when the best improves).
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
         parser.add_lightning_class_args(EarlyStopping, "early_stopping")
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/acc",
                 "checkpoint.mode": "max",
-                "checkpoint.save_last": True,
                 "checkpoint.filename": "epoch{epoch:03d}-val_acc{val/acc:.4f}",
                 "checkpoint.auto_insert_metric_name": False,
+                "last_checkpoint.filename": "last",
+                "last_checkpoint.enable_version_counter": False,
                 "early_stopping.monitor": "val/loss",
                 "early_stopping.patience": 10,
+                # val/loss exists only after validation; check there, not at train epoch end.
+                "early_stopping.check_on_train_epoch_end": False,
                 "lr_monitor.logging_interval": "step",
                 "trainer.max_epochs": DEFAULT_MAX_EPOCHS,
                 "trainer.log_every_n_steps": 10,
@@ -77,10 +83,16 @@ class TrainCLI(LightningCLI):
         tensorboard = getattr(logger, "class_path", "").endswith("TensorBoardLogger")
         if ckpt_path == "last":
             if not tensorboard:
-                raise ConfigError("--ckpt_path last needs the TensorBoardLogger run folders; give a file path")
-            ckpt_path = newest_last_checkpoint(Path(logger.init_args.save_dir) / logger.init_args.name)
+                raise ConfigError(
+                    "--ckpt_path last needs the TensorBoardLogger run folders; give a file path"
+                )
+            ckpt_path = newest_last_checkpoint(
+                Path(logger.init_args.save_dir) / logger.init_args.name
+            )
         elif not Path(ckpt_path).is_file():
-            raise ConfigError(f"ckpt_path {ckpt_path!r} is not a file; give a checkpoint file or 'last'")
+            raise ConfigError(
+                f"ckpt_path {ckpt_path!r} is not a file; give a checkpoint file or 'last'"
+            )
         ckpt_path = Path(ckpt_path)
         self.config.ckpt_path = str(ckpt_path)
         if tensorboard and ckpt_path.parent.name == "checkpoints":
@@ -103,7 +115,8 @@ class SaveRunConfig(SaveConfigCallback):
         super().__init__(parser, config, **kwargs)
 
     def setup(self, trainer, pl_module, stage: str) -> None:
-        exists = trainer.is_global_zero and Path(trainer.log_dir, self.config_filename).exists()
+        log_dir = trainer.log_dir  # a collective call: every rank must make it
+        exists = trainer.is_global_zero and Path(log_dir, self.config_filename).exists()
         if trainer.strategy.broadcast(exists):
             self.already_saved = True
         super().setup(trainer, pl_module, stage)
@@ -111,9 +124,13 @@ class SaveRunConfig(SaveConfigCallback):
 
 def newest_last_checkpoint(experiment: Path) -> Path:
     """The `last.ckpt` of the most recently written run under runs/<experiment>/."""
-    candidates = sorted(experiment.glob("version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    candidates = sorted(
+        experiment.glob("version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime
+    )
     if not candidates:
-        raise ConfigError(f"--ckpt_path last: no run under {experiment} has a checkpoints/last.ckpt to resume")
+        raise ConfigError(
+            f"--ckpt_path last: no run under {experiment} has a checkpoints/last.ckpt to resume"
+        )
     return candidates[-1]
 
 
@@ -121,6 +138,8 @@ def quiet_known_noise() -> None:
     """Silence third-party messages that say nothing about this project's runs."""
     warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+    # jsonargparse deprecations triggered inside Lightning's own CLI code.
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="lightning.pytorch.cli")
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
         lambda record: not record.getMessage().startswith("💡 Tip")
     )
@@ -147,8 +166,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     results = trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=best or None)
     metrics = {key: float(value) for key, value in results[0].items()} if results else {}
-    if trainer.is_global_zero and trainer.log_dir:
-        path = Path(trainer.log_dir) / "test_metrics.json"
+    log_dir = trainer.log_dir  # a collective call: every rank must make it
+    if trainer.is_global_zero and log_dir:
+        path = Path(log_dir) / "test_metrics.json"
         path.write_text(json.dumps({"checkpoint": best, **metrics}, indent=2) + "\n")
-        print(f"Run folder: {trainer.log_dir}")
+        print(f"Run folder: {log_dir}")
     return metrics

@@ -25,7 +25,9 @@ class ImageDataModule(L.LightningDataModule):
     class_names: Sequence[str]
     input_shape: tuple[int, int, int]
 
-    def __init__(self, batch_size: int, num_workers: int | None, val_fraction: float, seed: int) -> None:
+    def __init__(
+        self, batch_size: int, num_workers: int | None, val_fraction: float, seed: int
+    ) -> None:
         super().__init__()
         if batch_size < 1:
             raise ConfigError(f"data.batch_size must be a positive integer, got {batch_size}")

@@ -71,7 +71,7 @@ class ImageClassifier(L.LightningModule):
         logits = self(x)
         loss = self.loss(logits, y)
         self.train_metrics.update(logits, y)
-        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True)
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, sync_dist=True)
         return loss
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
@@ -115,8 +115,8 @@ class ImageClassifier(L.LightningModule):
         self.log(f"{stage}/loss", self.loss(logits, y), sync_dist=True, prog_bar=True)
 
     def _log_metrics(self, metrics: MetricCollection) -> None:
-        # compute() gathers the state of every process, so the values agree on all ranks.
-        self.log_dict(metrics.compute(), prog_bar=True)
+        # compute() already gathers every process's state; sync_dist only says so to Lightning.
+        self.log_dict(metrics.compute(), prog_bar=True, sync_dist=True)
         metrics.reset()
 
 

@@ -22,7 +22,9 @@ def eval_transform() -> v2.Transform:
 class TensorImages(Dataset):
     """Images held in one uint8 tensor (N, C, H, W), transformed one by one."""
 
-    def __init__(self, images: Tensor, labels: Tensor, transform: Callable[[Tensor], Tensor]) -> None:
+    def __init__(
+        self, images: Tensor, labels: Tensor, transform: Callable[[Tensor], Tensor]
+    ) -> None:
         self.images, self.labels, self.transform = images, labels, transform
 
     def __len__(self) -> int:
@@ -45,7 +47,9 @@ class DataModule(ImageDataModule):
     ) -> None:
         super().__init__(batch_size, num_workers, val_fraction, seed)
         if not 0 < test_fraction < 1 - val_fraction:
-            raise ConfigError(f"data.test_fraction must be between 0 and {1 - val_fraction}, got {test_fraction}")
+            raise ConfigError(
+                f"data.test_fraction must be between 0 and {1 - val_fraction}, got {test_fraction}"
+            )
         self.test_fraction = test_fraction
         self.class_names = tuple(str(digit) for digit in range(10))
         self.input_shape = (1, 8, 8)

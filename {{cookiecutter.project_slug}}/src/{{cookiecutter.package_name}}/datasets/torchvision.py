@@ -7,7 +7,7 @@
         "augment": "v2.RandomAffine(degrees=10, translate=(0.1, 0.1))",
     },
     "fashion_mnist": {
-        "title": "Fashion-MNIST: 70,000 clothing images of 28x28 pixels in 10 classes",
+        "title": "Fashion-MNIST: 70,000 clothing images of 28x28 pixels",
         "cls": "FashionMNIST", "shape": "(1, 28, 28)", "mean": "(0.2860,)", "std": "(0.3530,)",
         "classes": '(\n    "T-shirt/top",\n    "Trouser",\n    "Pullover",\n    "Dress",\n    "Coat",\n    "Sandal",\n    "Shirt",\n    "Sneaker",\n    "Bag",\n    "Ankle boot",\n)',
         "augment": "v2.RandomCrop(28, padding=2), v2.RandomHorizontalFlip()",
@@ -39,7 +39,9 @@ MEAN, STD = {{ spec.mean }}, {{ spec.std }}
 
 def eval_transform() -> v2.Transform:
     """Preprocessing for validation, test and prediction: to tensor, normalised."""
-    return v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+    return v2.Compose(
+        [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
+    )
 
 
 def train_transform() -> v2.Transform:
@@ -48,7 +50,7 @@ def train_transform() -> v2.Transform:
 
 
 class DataModule(ImageDataModule):
-    """The official training set split into train and val with a fixed seed; the official test set."""
+    """The official training set, split into train and val with a fixed seed, and test set."""
 
     def __init__(
         self,

@@ -1,0 +1,63 @@
+"""Fixtures shared by the tests: tiny data on disk and short training runs in a temp folder."""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from {{ cookiecutter.package_name }}.cli import main
+from {{ cookiecutter.package_name }}.data import DataModule
+
+# fake_data.py provides the data_args and train_command fixtures for this dataset.
+pytest_plugins = ["fake_data"]
+
+# Small, quiet, single-process runs; each test adds what it checks.
+FAST = [
+    "--accelerator", "cpu",
+    "--devices", "1",
+    "--max_epochs", "2",
+    "--data.batch_size", "16",
+    "--data.num_workers", "0",
+    "--trainer.limit_train_batches", "4",
+    "--trainer.limit_val_batches", "2",
+    "--trainer.limit_test_batches", "2",
+    "--trainer.log_every_n_steps", "1",
+    "--trainer.enable_progress_bar", "false",
+    "--trainer.enable_model_summary", "false",
+]  # fmt: skip
+
+
+@pytest.fixture
+def train(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data_args: list[str]) -> Callable:
+    """Run `train.py` in-process inside tmp_path with FAST settings plus the given args."""
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: str) -> dict[str, float]:
+        return main([*FAST, *data_args, *args])
+
+    return run
+
+
+@pytest.fixture
+def command(train_command: list[str], data_args: list[str]) -> Callable[..., list[str]]:
+    """Build the command line that runs training in a subprocess with FAST settings."""
+
+    def build(*args: str) -> list[str]:
+        return [*train_command, *FAST, *data_args, *args]
+
+    return build
+
+
+@pytest.fixture
+def make_datamodule(data_args: list[str]) -> Callable[..., DataModule]:
+    """Build a DataModule from the same --data.* arguments the CLI tests use."""
+    given = {
+        key.removeprefix("--data."): value
+        for key, value in zip(data_args[::2], data_args[1::2], strict=True)
+    }
+    given = {key: int(value) if value.isdigit() else value for key, value in given.items()}
+
+    def make(**overrides: object) -> DataModule:
+        return DataModule(**{"batch_size": 8, "num_workers": 0, **given, **overrides})
+
+    return make

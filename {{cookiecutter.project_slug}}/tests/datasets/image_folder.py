@@ -1,0 +1,39 @@
+"""Test data: a tiny image folder (train/ and test/, one sub-folder per class) of PNG files."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+PROJECT = Path(__file__).resolve().parents[1]
+CLASSES = ("cat", "dog", "fox")
+
+
+def write_dataset(root: Path) -> list[str]:
+    """Write root/{train,test}/<class>/*.png; return the data arguments that select it."""
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 24), ("test", 6)):
+        for label, name in enumerate(CLASSES):
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                pixels = rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)
+                pixels[..., label] = 255  # each class has its own dominant colour
+                image = Image.fromarray(pixels)
+                # A few greyscale files: the loader converts every image to RGB.
+                (image.convert("L") if i % 5 == 0 else image).save(folder / f"{i}.png")
+    return ["--data.root", str(root), "--data.image_size", "16"]
+
+
+@pytest.fixture(scope="session")
+def data_args(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """CLI arguments that select the tiny test dataset (written once per session)."""
+    return write_dataset(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture
+def train_command() -> list[str]:
+    """The command that runs train.py in a subprocess."""
+    return [sys.executable, str(PROJECT / "train.py")]

@@ -1,0 +1,90 @@
+"""The data module yields what the model expects: seeded split, train-only augmentation."""
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from lightning import Trainer
+
+from {{ cookiecutter.package_name }}.data import DataModule
+from {{ cookiecutter.package_name }}.datamodule import ConfigError
+
+
+@pytest.fixture
+def datamodule(make_datamodule: Callable[..., DataModule]) -> DataModule:
+    dm = make_datamodule()
+    dm.prepare_data()
+    dm.setup("fit")
+    return dm
+
+
+def test_batches_have_the_shapes_and_dtypes_the_model_expects(datamodule: DataModule) -> None:
+    for loader in (
+        datamodule.train_dataloader(),
+        datamodule.val_dataloader(),
+        datamodule.test_dataloader(),
+    ):
+        x, y = next(iter(loader))
+        assert x.dtype == torch.float32
+        assert tuple(x.shape[1:]) == datamodule.input_shape
+        assert y.dtype == torch.int64
+        assert int(y.min()) >= 0 and int(y.max()) < datamodule.num_classes
+    assert datamodule.num_classes == len(datamodule.class_names) >= 2
+
+
+def test_inputs_are_normalised_floats_not_raw_pixels(datamodule: DataModule) -> None:
+    x = torch.cat([x for x, _ in datamodule.val_dataloader()])
+    # Normalisation subtracts the mean: raw or merely rescaled pixels are never negative.
+    assert float(x.min()) < 0 < float(x.max())
+    assert float(x.abs().max()) < 10
+
+
+def test_split_is_seeded_and_disjoint(make_datamodule: Callable[..., DataModule]) -> None:
+    def split(seed: int) -> tuple[list[int], list[int]]:
+        dm = make_datamodule(seed=seed)
+        dm.prepare_data()
+        dm.setup("fit")
+        return list(dm.train_set.indices), list(dm.val_set.indices)
+
+    train, val = split(0)
+    assert not set(train) & set(val)
+    assert split(0) == (train, val)
+    assert split(1)[1] != val
+
+
+def test_augmentation_on_training_split_only(datamodule: DataModule) -> None:
+    val_index = datamodule.val_set.indices[0]
+    # The training and validation subsets view the same samples through different transforms.
+    augmented = [datamodule.train_set.dataset[val_index][0] for _ in range(10)]
+    plain = [datamodule.val_set.dataset[val_index][0] for _ in range(3)]
+    assert all(torch.equal(plain[0], p) for p in plain)
+    assert any(not torch.equal(augmented[0], a) for a in augmented)
+
+
+def test_loaders_pin_memory_only_on_gpu_and_keep_workers(
+    make_datamodule: Callable[..., DataModule],
+) -> None:
+    dm = make_datamodule(num_workers=1)
+    dm.trainer = Trainer(accelerator="cpu", devices=1, logger=False)
+    dm.prepare_data()
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    assert loader.pin_memory is False
+    assert loader.persistent_workers is True
+    assert loader.num_workers == 1
+
+
+def test_default_workers_are_a_share_of_the_cpus(
+    make_datamodule: Callable[..., DataModule],
+) -> None:
+    assert make_datamodule(num_workers=None).num_workers >= 1
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("batch_size", 0), ("val_fraction", 1.5), ("num_workers", -1)]
+)
+def test_bad_values_are_refused_by_name(
+    make_datamodule: Callable[..., DataModule], key: str, value: float
+) -> None:
+    with pytest.raises(ConfigError, match=f"data.{key}"):
+        make_datamodule(**{key: value})

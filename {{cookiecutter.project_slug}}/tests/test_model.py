@@ -1,0 +1,88 @@
+"""The network and the LightningModule, without the command line."""
+
+from collections.abc import Callable
+from functools import partial
+from itertools import pairwise
+
+import pytest
+import torch
+from lightning import Trainer
+from torch import nn
+
+from {{ cookiecutter.package_name }}.backbones import SmallCNN, TorchvisionBackbone
+from {{ cookiecutter.package_name }}.data import DataModule
+from {{ cookiecutter.package_name }}.model import ImageClassifier, warmup_cosine
+
+
+def model_for(dm: DataModule, **kwargs) -> ImageClassifier:
+    return ImageClassifier(dm.num_classes, dm.input_shape, **kwargs)
+
+
+@pytest.fixture
+def datamodule(make_datamodule: Callable[..., DataModule]) -> DataModule:
+    return make_datamodule(batch_size=16)
+
+
+def test_model_returns_logits_and_predict_returns_probabilities(datamodule: DataModule) -> None:
+    model = model_for(datamodule).eval()
+    x = torch.randn(5, *datamodule.input_shape)
+    logits = model(x)
+    assert logits.shape == (5, datamodule.num_classes)
+    assert not torch.allclose(logits.sum(dim=-1), torch.ones(5))  # raw logits, no softmax
+    probabilities = model.predict_step(x, 0)
+    assert torch.allclose(probabilities.sum(dim=-1), torch.ones(5), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small"])
+def test_torchvision_backbones_fit_any_channels_and_classes(
+    name: str, datamodule: DataModule
+) -> None:
+    channels = datamodule.input_shape[0]
+    backbone = TorchvisionBackbone(channels, 7, name=name)
+    backbone.eval()
+    assert backbone(torch.randn(2, channels, 32, 32)).shape == (2, 7)
+
+
+def test_unknown_torchvision_backbone_is_refused_with_the_choices() -> None:
+    with pytest.raises(ValueError, match="resnet18"):
+        TorchvisionBackbone(3, 10, name="resnet19")
+
+
+def test_small_cnn_is_a_plain_module() -> None:
+    net = SmallCNN(3, 4, width=8)
+    assert isinstance(net, nn.Module) and net(torch.randn(2, 3, 8, 8)).shape == (2, 4)
+
+
+def test_warmup_then_cosine_decay() -> None:
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = warmup_cosine(optimizer, total_steps=100, warmup_fraction=0.1)
+    lrs = []
+    for _ in range(100):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[0] == pytest.approx(0.01)
+    assert lrs[10] == pytest.approx(1.0)
+    assert all(a < b for a, b in pairwise(lrs[:11]))  # rising during warmup
+    assert all(a >= b for a, b in pairwise(lrs[10:]))  # falling afterwards
+    assert lrs[-1] < 0.01
+
+
+def test_overfitting_one_batch_drives_the_loss_near_zero(datamodule: DataModule) -> None:
+    torch.manual_seed(0)
+    model = model_for(
+        datamodule,
+        optimizer=partial(torch.optim.AdamW, lr=3e-3),
+        scheduler=partial(torch.optim.lr_scheduler.ConstantLR, factor=1.0),
+    )
+    trainer = Trainer(
+        accelerator="cpu",
+        overfit_batches=1,
+        max_epochs=150,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, datamodule=datamodule)
+    assert trainer.callback_metrics["train/loss_epoch"] < 0.05

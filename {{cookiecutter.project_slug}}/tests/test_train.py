@@ -1,0 +1,201 @@
+"""train.py end to end: the run folder, checkpoints, resume, config round trip and errors."""
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from {{ cookiecutter.package_name }}.cli import SaveRunConfig, TrainCLI
+from {{ cookiecutter.package_name }}.data import DataModule
+from {{ cookiecutter.package_name }}.model import ImageClassifier
+
+RUN = Path("runs/default/version_0")
+
+
+def scalars(run: Path, tag: str) -> list[tuple[int, float]]:
+    """(step, value) pairs logged to TensorBoard under `tag` in a run folder."""
+    events = EventAccumulator(str(run))
+    events.Reload()
+    return (
+        [(e.step, e.value) for e in events.Scalars(tag)] if tag in events.Tags()["scalars"] else []
+    )
+
+
+def parse(*args: str) -> TrainCLI:
+    """Build everything train.py would, without training."""
+    return TrainCLI(
+        ImageClassifier,
+        DataModule,
+        args=list(args),
+        run=False,
+        save_config_callback=SaveRunConfig,
+        auto_configure_optimizers=False,
+    )
+
+
+def test_fast_dev_run_trains_and_tests_one_batch(train: Callable) -> None:
+    metrics = train("--trainer.fast_dev_run", "true")
+    assert 0.0 <= metrics["test/acc"] <= 1.0
+    assert not Path("runs").exists()  # fast_dev_run writes no run folder
+
+
+def test_single_step(train: Callable) -> None:
+    train("--trainer.max_steps", "1")
+    checkpoint = torch.load(RUN / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["global_step"] == 1
+
+
+def test_run_folder_holds_config_checkpoints_logs_and_test_metrics(train: Callable) -> None:
+    metrics = train()
+    assert (RUN / "config.yaml").is_file()
+    assert (RUN / "checkpoints" / "last.ckpt").is_file()
+    best = [p for p in (RUN / "checkpoints").glob("epoch*.ckpt")]
+    assert len(best) == 1 and "val_acc" in best[0].name
+    saved = json.loads((RUN / "test_metrics.json").read_text())
+    assert saved["test/acc"] == pytest.approx(metrics["test/acc"])
+    assert Path(saved["checkpoint"]) == best[0]
+    for tag in ("train/loss_step", "val/loss", "val/acc", "val/f1", "test/acc", "lr-AdamW"):
+        assert scalars(RUN, tag), f"{tag} was not logged"
+
+
+def test_checkpoints_load_without_pickle(train: Callable) -> None:
+    train()
+    for path in (RUN / "checkpoints").glob("*.ckpt"):
+        checkpoint = torch.load(path, weights_only=True)
+        assert checkpoint["hyper_parameters"]["backbone"]["class_path"].endswith("SmallCNN")
+    model = ImageClassifier.load_from_checkpoint(
+        RUN / "checkpoints" / "last.ckpt", weights_only=True
+    )
+    assert isinstance(model, ImageClassifier)
+
+
+def test_resume_from_last_continues_at_the_saved_epoch_and_step(train: Callable) -> None:
+    train("--max_epochs", "2")
+    first = torch.load(RUN / "checkpoints" / "last.ckpt", weights_only=True)
+    assert (first["epoch"], first["global_step"]) == (1, 8)
+    train("--max_epochs", "3", "--ckpt_path", "last")
+    resumed = torch.load(RUN / "checkpoints" / "last.ckpt", weights_only=True)
+    assert resumed["global_step"] == 12
+    assert not Path("runs/default/version_1").exists()  # logged into the resumed run's folder
+    steps = [step for step, _ in scalars(RUN, "train/loss_step")]
+    assert len(steps) == len(set(steps)) == 12  # steps 0-7 once, then 8-11: no restart from zero
+
+
+def test_resume_without_a_previous_run_says_so(
+    train: Callable, capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        train("--ckpt_path", "last")
+    assert "no run under runs/default has a checkpoints/last.ckpt" in str(exit_info.value)
+
+
+def test_saved_config_reproduces_the_run(train: Callable) -> None:
+    train("--model.label_smoothing", "0.1", "--model.optimizer.lr", "0.002")
+    config = yaml.safe_load((RUN / "config.yaml").read_text())
+    assert config["ckpt_path"] is None
+    assert config["model"]["label_smoothing"] == 0.1
+    again = parse("--config", str(RUN / "config.yaml"))
+    assert again.model.hparams["label_smoothing"] == 0.1
+    assert again.model.hparams["optimizer"]["init_args"]["lr"] == 0.002
+    assert again.trainer.max_epochs == 2
+
+
+def test_same_seed_gives_identical_metrics_when_deterministic(train: Callable) -> None:
+    first = train("--trainer.deterministic", "true", "--seed_everything", "7")
+    second = train("--trainer.deterministic", "true", "--seed_everything", "7")
+    assert first == second
+
+
+def test_short_flags_set_the_trainer(data_args: list[str]) -> None:
+    cli = parse(
+        "--max_epochs",
+        "3",
+        "--accelerator",
+        "cpu",
+        "--devices",
+        "1",
+        "--precision",
+        "bf16-mixed",
+        *data_args,
+    )
+    assert cli.trainer.max_epochs == 3
+    assert cli.trainer.precision == "bf16-mixed"
+    assert parse(*data_args).trainer.max_epochs == cli.parser.get_defaults().trainer.max_epochs
+
+
+def test_backbone_optimizer_and_scheduler_by_config(data_args: list[str], tmp_path: Path) -> None:
+    config = tmp_path / "custom.yaml"
+    config.write_text(
+        "model:\n"
+        "  backbone:\n"
+        "    class_path: {{ cookiecutter.package_name }}.backbones.TorchvisionBackbone\n"
+        "    init_args: {name: resnet18}\n"
+        "  optimizer:\n"
+        "    class_path: torch.optim.SGD\n"
+        "    init_args: {lr: 0.05, momentum: 0.9}\n"
+        "  scheduler:\n"
+        "    class_path: torch.optim.lr_scheduler.ReduceLROnPlateau\n"
+        "    init_args: {patience: 2}\n"
+    )
+    cli = parse("--config", str(config), *data_args)
+    assert type(cli.model.backbone).__name__ == "TorchvisionBackbone"
+    optimizers = cli.model.configure_optimizers()
+    assert isinstance(optimizers["optimizer"], torch.optim.SGD)
+    assert optimizers["lr_scheduler"]["monitor"] == "val/loss"
+
+
+def test_misspelled_key_fails_before_training(
+    train: Callable, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        train("--model.lable_smoothing", "0.1")
+    assert exit_info.value.code != 0
+    assert "lable_smoothing" in capsys.readouterr().err
+    config = tmp_path / "typo.yaml"
+    config.write_text("trainer:\n  max_epoch: 3\n")
+    with pytest.raises(SystemExit):
+        train("--config", str(config))
+    assert "max_epoch" in capsys.readouterr().err
+    assert not Path("runs").exists()
+
+
+def test_unknown_precision_lists_the_accepted_values(
+    train: Callable, capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit):
+        train("--precision", "bf17")
+    err = capsys.readouterr().err
+    assert "bf17" in err and "bf16-mixed" in err and "16-mixed" in err
+
+
+def test_print_config_shows_the_complete_config(
+    train: Callable, capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        train("--print_config")
+    assert exit_info.value.code in (0, None)
+    config = yaml.safe_load(capsys.readouterr().out)
+    assert {"trainer", "model", "data", "checkpoint", "early_stopping", "seed_everything"} <= set(
+        config
+    )
+    assert config["model"]["backbone"]["class_path"].endswith("SmallCNN")
+
+
+@pytest.mark.slow
+def test_two_processes_train_with_ddp_on_cpu(command: Callable, tmp_path: Path) -> None:
+    result = subprocess.run(
+        command("--devices", "2", "--strategy", "ddp", "--max_epochs", "1"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [p.name for p in (tmp_path / "runs" / "default").iterdir()] == ["version_0"]
+    saved = json.loads((tmp_path / RUN / "test_metrics.json").read_text())
+    assert 0.0 <= saved["test/acc"] <= 1.0
