@@ -199,3 +199,10 @@ def test_two_processes_train_with_ddp_on_cpu(command: Callable, tmp_path: Path) 
     assert [p.name for p in (tmp_path / "runs" / "default").iterdir()] == ["version_0"]
     saved = json.loads((tmp_path / RUN / "test_metrics.json").read_text())
     assert 0.0 <= saved["test/acc"] <= 1.0
+
+
+@pytest.mark.parametrize("config", sorted(Path(__file__).parents[1].glob("configs/*.yaml")), ids=lambda p: p.name)
+def test_every_config_file_builds_a_model_that_runs(config: Path, data_args: list[str]) -> None:
+    cli = parse("--config", str(config), *data_args)
+    model = cli.model.eval()
+    assert model(model.example_input_array).shape[-1] == cli.datamodule.num_classes
