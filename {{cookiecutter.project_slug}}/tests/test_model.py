@@ -78,7 +78,8 @@ def test_overfitting_one_batch_drives_the_loss_near_zero(datamodule: DataModule)
     trainer = Trainer(
         accelerator="cpu",
         overfit_batches=1,
-        max_epochs=150,
+        max_epochs=100,
+        limit_val_batches=0,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,

@@ -16,6 +16,7 @@ from pathlib import Path
 from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
+from .callbacks import BatchSizeReport
 from .data import DataModule
 from .datamodule import ConfigError
 from .model import ImageClassifier
@@ -157,11 +158,15 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             seed_everything_default=42,
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
+            trainer_defaults={"callbacks": [BatchSizeReport()]},
             auto_configure_optimizers=False,
         )
     except ConfigError as error:
         sys.exit(f"error: {error}")
     trainer = cli.trainer
+    for logger in trainer.loggers:
+        # Fix the run folder (version_N) now, so processes spawned later all use this one.
+        _ = logger.version
     trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     results = trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=best or None)

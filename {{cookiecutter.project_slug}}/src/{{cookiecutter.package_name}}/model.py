@@ -33,7 +33,8 @@ class ImageClassifier(L.LightningModule):
     `scheduler` is any torch LR scheduler chosen by class_path (StepLR,
     ReduceLROnPlateau on val/loss, ...); left unset, the learning rate warms up
     linearly for `warmup_fraction` of the training steps, then decays along a
-    cosine, stepped every batch.
+    cosine, stepped every batch. `compile` compiles the backbone with torch.compile
+    in place, so checkpoints stay interchangeable with uncompiled runs.
     """
 
     def __init__(
@@ -45,10 +46,15 @@ class ImageClassifier(L.LightningModule):
         scheduler: LRSchedulerCallable | None = None,
         warmup_fraction: float = 0.05,
         label_smoothing: float = 0.0,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.backbone = backbone(input_shape[0], num_classes)
+        if compile:
+            # Module.compile keeps parameter names (no "_orig_mod." prefix in checkpoints).
+            # The backbone, not this LightningModule: compiling that breaks self.log.
+            self.backbone.compile()
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.loss = nn.CrossEntropyLoss(label_smoothing=label_smoothing)

@@ -1,0 +1,220 @@
+"""Scaling out on CPU: launchers (Lightning, torchrun, ddp_spawn), SLURM, precision, compile."""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch.plugins.environments import SLURMEnvironment
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from test_train import RUN, parse
+
+from {{ cookiecutter.package_name }}.model import ImageClassifier
+
+PROJECT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+# One short epoch per process, and every process reports its val/acc.
+LAUNCH = [
+    "--accelerator", "cpu",
+    "--max_epochs", "1",
+    "--trainer.limit_train_batches", "2",
+    "--trainer.limit_val_batches", "2",
+    "--trainer.limit_test_batches", "1",
+    "--trainer.enable_progress_bar", "false",
+    "--trainer.callbacks+=rank_report.PrintValAcc",
+]  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_env() -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def val_accs(output: str) -> dict[int, str]:
+    """The last val/acc each rank printed."""
+    return {int(rank): acc for rank, acc in re.findall(r"rank=(\d+) val/acc=([\d.]+)", output)}
+
+
+def assert_one_run_folder(tmp_path: Path) -> None:
+    assert [p.name for p in (tmp_path / "runs" / "default").iterdir()] == ["version_0"]
+    assert (tmp_path / RUN / "config.yaml").is_file()
+    assert (tmp_path / RUN / "test_metrics.json").is_file()
+
+
+def test_effective_batch_size_is_reported(
+    train: Callable, caplog: pytest.LogCaptureFixture
+) -> None:
+    train("--max_epochs", "1", "--trainer.accumulate_grad_batches", "2")
+    assert "Effective batch size: 32 = 16 per device x 1 device(s) x 1 node(s) x 2" in caplog.text
+
+
+def test_bf16_mixed_precision_trains_on_cpu(train: Callable) -> None:
+    metrics = train("--precision", "bf16-mixed")
+    assert torch.isfinite(torch.tensor(metrics["test/loss"]))
+    saved = torch.load(RUN / "checkpoints" / "last.ckpt", weights_only=True)
+    assert all(
+        t.dtype == torch.float32 for t in saved["state_dict"].values() if t.is_floating_point()
+    )
+
+
+def test_compiled_and_plain_models_share_checkpoints(make_datamodule: Callable) -> None:
+    dm = make_datamodule()
+    plain = ImageClassifier(dm.num_classes, dm.input_shape)
+    compiled = ImageClassifier(dm.num_classes, dm.input_shape, compile=True)
+    assert list(plain.state_dict()) == list(compiled.state_dict())
+    compiled.load_state_dict(plain.state_dict())
+    plain.load_state_dict(compiled.state_dict())
+
+
+@pytest.mark.slow
+def test_compiled_backbone_trains(train: Callable) -> None:
+    metrics = train("--model.compile", "true", "--max_epochs", "1")
+    assert 0.0 <= metrics["test/acc"] <= 1.0
+    saved = torch.load(RUN / "checkpoints" / "last.ckpt", weights_only=True)
+    assert not any("_orig_mod" in key for key in saved["state_dict"])
+
+
+SLURM_TASK = {
+    "SLURM_JOB_NAME": "train",
+    "SLURM_JOB_ID": "1234",
+    "SLURM_NTASKS": "4",
+    "SLURM_NTASKS_PER_NODE": "2",
+    "SLURM_NNODES": "2",
+    "SLURM_NODELIST": "node[1-2]",
+    "SLURM_PROCID": "3",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "1",
+}
+
+
+@pytest.fixture
+def slurm_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pretend to be task 3 of 4 started by srun (2 nodes x 2 tasks)."""
+    for key, value in SLURM_TASK.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/srun" if name == "srun" else None)
+    # The Trainer records the global rank process-wide; restore it for the next tests.
+    monkeypatch.setattr(rank_zero_only, "rank", rank_zero_only.rank)
+
+
+@pytest.mark.usefixtures("slurm_task")
+def test_slurm_environment_is_detected(data_args: list[str]) -> None:
+    cli = parse(
+        "--accelerator",
+        "cpu",
+        "--devices",
+        "2",
+        "--num_nodes",
+        "2",
+        "--strategy",
+        "ddp",
+        *data_args,
+    )
+    environment = cli.trainer.strategy.cluster_environment
+    assert isinstance(environment, SLURMEnvironment)
+    assert (environment.world_size(), environment.global_rank()) == (4, 3)
+    assert (environment.local_rank(), environment.node_rank()) == (1, 1)
+
+
+@pytest.mark.usefixtures("slurm_task")
+def test_slurm_tasks_per_node_must_match_devices(data_args: list[str]) -> None:
+    cli = parse("--accelerator", "cpu", "--devices", "3", "--num_nodes", "2", *data_args)
+    # Lightning checks the SLURM layout when fit launches the processes, before any work.
+    with pytest.raises(ValueError, match=r"--ntasks-per-node=2.*does not match"):
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+
+
+def test_sbatch_script_checkpoints_before_the_time_limit() -> None:
+    script = PROJECT / "scripts" / "slurm" / "train.sbatch"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    assert "#SBATCH --signal=SIGUSR1@90" in text
+    assert "srun python train.py" in text
+    assert '--devices "$SLURM_NTASKS_PER_NODE"' in text and '--num_nodes "$SLURM_NNODES"' in text
+
+
+def test_gpu_check_exits_cleanly_without_a_gpu() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: run scripts/gpu_check.sh to measure it")
+    result = subprocess.run(
+        ["bash", str(PROJECT / "scripts" / "gpu_check.sh")],
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0
+    assert "no CUDA GPU" in result.stdout
+
+
+def torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *args]
+
+
+def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        command, cwd=cwd, env=launch_env(), capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return result
+
+
+@pytest.mark.slow
+def test_torchrun_two_nodes_on_one_machine(
+    train_command: list[str], data_args: list[str], tmp_path: Path
+) -> None:
+    port = str(free_port())
+    # Each node writes to a file: a full pipe would block one node while the other waits for it.
+    logs = [tmp_path / f"node{rank}.log" for rank in (0, 1)]
+    nodes = []
+    for rank, log in enumerate(logs):
+        command = torchrun(
+            *("--nnodes", "2", "--nproc_per_node", "1", "--node_rank", str(rank)),
+            *("--master_addr", "127.0.0.1", "--master_port", port),
+            *train_command[1:],
+            *("--num_nodes", "2", "--devices", "1", *LAUNCH, *data_args),
+        )
+        nodes.append(
+            subprocess.Popen(
+                command,
+                cwd=tmp_path,
+                env=launch_env(),
+                stdout=log.open("w"),
+                stderr=subprocess.STDOUT,
+            )
+        )
+    for node in nodes:
+        node.wait(timeout=300)
+    outputs = [log.read_text() for log in logs]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    accs = val_accs("".join(outputs))
+    assert set(accs) == {0, 1} and accs[0] == accs[1]
+    assert_one_run_folder(tmp_path)
+
+
+@pytest.mark.slow
+def test_torchrun_standalone(
+    train_command: list[str], data_args: list[str], tmp_path: Path
+) -> None:
+    command = torchrun("--standalone", "--nproc_per_node", "2", *train_command[1:])
+    result = run([*command, "--devices", "2", *LAUNCH, *data_args], tmp_path)
+    accs = val_accs(result.stdout)
+    assert set(accs) == {0, 1} and accs[0] == accs[1]
+    assert_one_run_folder(tmp_path)
+
+
+@pytest.mark.slow
+def test_ddp_spawn(command: Callable, tmp_path: Path) -> None:
+    result = run([*command("--devices", "2", "--strategy", "ddp_spawn"), *LAUNCH], tmp_path)
+    assert "Effective batch size: 32 = 16 per device x 2 device(s)" in result.stdout + result.stderr
+    assert_one_run_folder(tmp_path)
