@@ -8,6 +8,7 @@ import keyword
 import re
 import sys
 
+# fmt: off
 ANSWERS = {
     "project_name": {{ cookiecutter.project_name | tojson }},
     "project_slug": {{ cookiecutter.project_slug | tojson }},
@@ -18,6 +19,7 @@ ANSWERS = {
     "license": {{ cookiecutter.license | tojson }},
     "github_actions": {{ cookiecutter.github_actions | tojson }},
 }
+# fmt: on
 
 CHOICES = {
     "python_version": ("3.10", "3.11", "3.12", "3.13"),
@@ -61,9 +63,7 @@ def problem(answers: dict[str, str]) -> str | None:
         return f"author_email {email!r} is not an e-mail address like name@example.org"
     for question, accepted in CHOICES.items():
         if answers[question] not in accepted:
-            return (
-                f"{question} {answers[question]!r} is not one of: {', '.join(accepted)}"
-            )
+            return f"{question} {answers[question]!r} is not one of: {', '.join(accepted)}"
     return None
 
 

@@ -1,0 +1,33 @@
+# The template repository's tasks. `make demo` and `make test` are all a newcomer needs.
+
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+DEMO := build/demo
+
+.PHONY: venv demo test lint
+
+venv: $(VENV)/.installed
+
+# Redone only when pyproject.toml (which lists the dev group) changes.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --upgrade pip
+	$(PYTHON) -m pip install --group dev
+	touch $@
+
+# Render the default project, install it, train it offline, report where the run went.
+demo: venv
+	rm -rf $(DEMO)
+	$(PYTHON) -m cookiecutter --no-input --output-dir $(DEMO) .
+	$(PYTHON) -m pip install --no-deps --no-build-isolation -e $(DEMO)/*/
+	cd $(DEMO)/*/ && $(CURDIR)/$(PYTHON) train.py
+	@$(PYTHON) -c 'import json, pathlib; \
+	path = max(pathlib.Path("$(DEMO)").glob("*/runs/*/*/test_metrics.json"), key=lambda p: p.stat().st_mtime); \
+	print("test/acc = %.4f (run folder: %s)" % (json.loads(path.read_text())["test/acc"], path.parent))'
+
+test: venv
+	$(PYTHON) -m pytest tests
+
+lint: venv
+	$(VENV)/bin/ruff check tests hooks
+	$(VENV)/bin/ruff format --check tests hooks

@@ -1,0 +1,217 @@
+"""Render the template with cookiecutter's Python API and run tools inside the render."""
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cookiecutter.main import cookiecutter
+
+REPO = Path(__file__).resolve().parents[1]
+
+# The default answers, plus one render per dataset that together give every other
+# option value at least once: each license, both github_actions, each python_version.
+CASES: dict[str, dict[str, str]] = {
+    "default": {},
+    "digits": {
+        "dataset": "digits",
+        "license": "BSD-3-Clause",
+        "github_actions": "no",
+        "python_version": "3.10",
+        "project_name": "Digit Reader",
+        "author_name": "Ada Lovelace",
+    },
+    "mnist": {
+        "dataset": "mnist",
+        "license": "Apache-2.0",
+        "github_actions": "yes",
+        "python_version": "3.12",
+        "project_name": "MNIST Baseline",
+        "author_name": "Alan Turing",
+    },
+    "fashion_mnist": {
+        "dataset": "fashion_mnist",
+        "license": "none",
+        "github_actions": "no",
+        "python_version": "3.13",
+        "project_name": "Wardrobe",
+        "author_name": "Grace Hopper",
+    },
+    "cifar10": {
+        "dataset": "cifar10",
+        "license": "MIT",
+        "github_actions": "yes",
+        "python_version": "3.11",
+        "project_name": "Tiny Photos",
+        "author_name": "Katherine Johnson",
+    },
+    "image_folder": {
+        "dataset": "image_folder",
+        "license": "Apache-2.0",
+        "github_actions": "no",
+        "python_version": "3.13",
+        "project_name": "Leaf Disease Classifier",
+        "author_name": "Barbara Liskov",
+    },
+}
+DATASET_CASES = [name for name in CASES if name != "default"]
+
+# Written by the tools the tests run inside a render, never by the template.
+CACHES = {"__pycache__", ".pytest_cache", ".ruff_cache"}
+
+
+@dataclass(frozen=True)
+class Render:
+    """A generated project and the context cookiecutter rendered it with."""
+
+    path: Path
+    context: dict[str, Any]
+
+    @property
+    def answers(self) -> dict[str, Any]:
+        return self.context["cookiecutter"]
+
+    @property
+    def package(self) -> Path:
+        return self.path / "src" / self.answers["package_name"]
+
+
+def render(workdir: Path, **answers: str) -> Render:
+    """Render the template without prompts into workdir/out.
+
+    Cookiecutter's user config and replay file live in workdir/cookiecutter, so no
+    user setting leaks in and the replay file tells exactly which context was used.
+    """
+    settings = workdir / "cookiecutter"
+    settings.mkdir(parents=True)
+    config = settings / "config.yaml"
+    config.write_text(
+        f"cookiecutters_dir: {json.dumps(str(settings / 'cache'))}\n"
+        f"replay_dir: {json.dumps(str(settings / 'replay'))}\n"
+    )
+    output = workdir / "out"
+    output.mkdir()
+    project = cookiecutter(
+        str(REPO),
+        no_input=True,
+        extra_context=answers,
+        output_dir=str(output),
+        config_file=str(config),
+    )
+    (replay,) = (settings / "replay").glob("*.json")
+    return Render(Path(project), json.loads(replay.read_text()))
+
+
+def files(root: Path) -> list[Path]:
+    """Every file and folder under root, except tool caches."""
+    return sorted(
+        path for path in root.rglob("*") if not CACHES & set(path.relative_to(root).parts)
+    )
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Relative path -> content hash (or 'folder'), to compare a tree before and after."""
+    return {
+        str(path.relative_to(root)): (
+            "folder" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+        )
+        for path in files(root)
+    }
+
+
+def run(
+    command: list[str], cwd: Path, timeout: float = 600, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run a command with extra environment variables; stdout and stderr together.
+
+    It runs in a session of its own. Past `timeout` seconds it is stopped with every
+    process it started, and the output so far ends with a line that says so.
+    """
+    # A file, not a pipe: a process left behind holding it open cannot block the read.
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            process.wait(timeout=timeout)
+            note = ""
+        except subprocess.TimeoutExpired:
+            stop([process.pid, *descendants(process.pid)])
+            process.kill()  # in case /proc is missing and stop() could not see it
+            process.wait()
+            note = f"\n[stopped after {timeout:.0f} s, with every process it started]\n"
+        # Launchers (torchrun) whose own parent timed out stay in the session; stop them.
+        stop(session_members(process.pid))
+        log.seek(0)
+        return subprocess.CompletedProcess(command, process.returncode, log.read() + note)
+
+
+def processes() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, session id) of every process; empty where /proc is missing."""
+    table = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # The command name, in parentheses, may hold spaces: split after it.
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        table[int(stat.parent.name)] = (int(fields[1]), int(fields[3]))
+    return table
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below pid, including those that started a session of their own."""
+    table = processes()
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        children = [child for child, (ppid, _) in table.items() if ppid == parent]
+        found += children
+        todo += children
+    return found
+
+
+def session_members(session: int) -> list[int]:
+    return [pid for pid, (_, sid) in processes().items() if sid == session]
+
+
+def stop(pids: list[int], grace: float = 10) -> None:
+    """SIGTERM (launchers then stop their workers), then SIGKILL what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [pid for pid in pids if running(pid)]
+        if not alive:
+            return
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(running(pid) for pid in alive):
+            time.sleep(0.2)
+
+
+def running(pid: int) -> bool:
+    """Whether pid is a process that has not exited (a zombie has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def ruff(*args: str) -> list[str]:
+    """The command for ruff from this environment, without a cache written into renders."""
+    return [sys.executable, "-m", "ruff", *args, "--no-cache"]

@@ -1,0 +1,118 @@
+"""Every render: fully rendered, only the chosen options' files, lint-clean, importable."""
+
+import re
+import sys
+import tomllib
+
+import pytest
+
+from helpers import Render, files, ruff, run
+
+# Jinja left behind: `{{`, `{%`, `{#` or the word cookiecutter. GitHub Actions
+# expressions `${{ ... }}` are meant to stay.
+LEFTOVER = re.compile(rb"(?<!\$)\{\{|\{%|\{#|cookiecutter")
+
+LICENSE_TITLES = {
+    "MIT": "MIT License",
+    "Apache-2.0": "Apache License",
+    "BSD-3-Clause": "BSD 3-Clause License",
+}
+
+# What data.py holds for each dataset, as a pattern no other dataset's data.py matches.
+DATASET_MARKERS = {
+    "digits": r"\bload_digits\b",
+    "mnist": r"(?<![\w-])MNIST\b",  # not Fashion-MNIST nor FashionMNIST
+    "fashion_mnist": r"\bFashionMNIST\b",
+    "cifar10": r"\bCIFAR10\b",
+    "image_folder": r"\bImageFolder\b",
+}
+
+
+def test_no_template_syntax_left(rendered: Render) -> None:
+    leftovers = []
+    for path in files(rendered.path):
+        relative = path.relative_to(rendered.path)
+        if LEFTOVER.search(str(relative).encode()):
+            leftovers.append(f"{relative} (in its name)")
+        if path.is_file():
+            for number, line in enumerate(path.read_bytes().splitlines(), start=1):
+                if LEFTOVER.search(line):
+                    leftovers.append(f"{relative}:{number}: {line.decode(errors='replace')}")
+    assert not leftovers, "unrendered template syntax:\n" + "\n".join(leftovers)
+
+
+def test_variant_folders_are_pruned(rendered: Render) -> None:
+    package = rendered.package.relative_to(rendered.path)
+    for folder in ("licenses", package / "datasets", "tests/datasets"):
+        assert not (rendered.path / folder).exists(), f"{folder}/ should have been removed"
+
+
+def test_chosen_dataset_files(rendered: Render) -> None:
+    data = rendered.package / "data.py"
+    assert data.is_file()
+    assert (rendered.path / "tests" / "conftest.py").is_file()
+    source = data.read_text()
+    for dataset, marker in DATASET_MARKERS.items():
+        found = re.search(marker, source) is not None
+        assert found == (dataset == rendered.answers["dataset"]), (
+            f"data.py for dataset {rendered.answers['dataset']!r} "
+            f"{'lacks' if not found else 'mentions'} {dataset}'s {marker!r}"
+        )
+
+
+def test_license(rendered: Render) -> None:
+    license_file = rendered.path / "LICENSE"
+    chosen = rendered.answers["license"]
+    project = tomllib.loads((rendered.path / "pyproject.toml").read_text())["project"]
+    if chosen == "none":
+        assert not license_file.exists()
+        assert "license" not in project
+        return
+    text = license_file.read_text()
+    assert LICENSE_TITLES[chosen] in text
+    assert rendered.answers["author_name"] in text
+    for other, title in LICENSE_TITLES.items():
+        if other != chosen:
+            assert title not in text
+    assert project["license"] == chosen
+
+
+def test_github_actions(rendered: Render) -> None:
+    github = rendered.path / ".github"
+    if rendered.answers["github_actions"] == "yes":
+        assert list(github.glob("workflows/*.yml")), "no workflow under .github/workflows/"
+    else:
+        assert not github.exists()
+
+
+def test_python_version(rendered: Render) -> None:
+    version = rendered.answers["python_version"]
+    settings = tomllib.loads((rendered.path / "pyproject.toml").read_text())
+    assert settings["project"]["requires-python"] == f">={version}"
+    assert settings["tool"]["ruff"]["target-version"] == "py" + version.replace(".", "")
+
+
+def test_project_metadata(rendered: Render) -> None:
+    project = tomllib.loads((rendered.path / "pyproject.toml").read_text())["project"]
+    assert project["name"] == rendered.answers["project_slug"] == rendered.path.name
+    assert project["authors"] == [
+        {"name": rendered.answers["author_name"], "email": rendered.answers["author_email"]}
+    ]
+
+
+@pytest.mark.parametrize(
+    "command", [("check", "."), ("format", "--check", ".")], ids=["check", "format"]
+)
+def test_ruff_clean(rendered: Render, command: tuple[str, ...]) -> None:
+    result = run(ruff(*command), cwd=rendered.path)
+    assert result.returncode == 0, result.stdout
+
+
+def test_cli_imports(rendered: Render) -> None:
+    package = rendered.answers["package_name"]
+    result = run(
+        [sys.executable, "-c", f"import {package}.cli"],
+        cwd=rendered.path,
+        PYTHONPATH=str(rendered.path / "src"),
+    )
+    assert result.returncode == 0, result.stdout
