@@ -26,7 +26,7 @@ def test_generated_suite_passes(tmp_path, case: str) -> None:
     install = run([*pip, "--no-index", "--target", str(site), str(rendered.path)], cwd=tmp_path)
     assert install.returncode == 0, install.stdout
 
-    # The default project also runs its slow tests (launchers, torch.compile); the
+    # The digits render also runs its slow tests (launchers, torch.compile); the
     # others run their default selection, which covers everything dataset-specific.
     select = ["-m", ""] if case == "digits" else []
     tests = run(

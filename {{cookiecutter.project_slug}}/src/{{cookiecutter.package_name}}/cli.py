@@ -13,6 +13,7 @@ import warnings
 from argparse import SUPPRESS
 from pathlib import Path
 
+import torch
 from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
@@ -176,4 +177,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         path = Path(log_dir) / "test_metrics.json"
         path.write_text(json.dumps({"checkpoint": best, **metrics}, indent=2) + "\n")
         print(f"Run folder: {log_dir}")
+    if torch.distributed.is_initialized():
+        # Shut the process group down cleanly; left to interpreter exit, gloo can abort.
+        torch.distributed.destroy_process_group()
     return metrics

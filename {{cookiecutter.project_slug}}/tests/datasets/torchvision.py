@@ -63,8 +63,9 @@ def train_command(tmp_path: Path) -> list[str]:
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "import fake_data\n"
         "from {{ cookiecutter.package_name }}.cli import main\n"
-        "fake_data.trust_local_files()\n"
-        "main()\n"
+        "fake_data.trust_local_files()  # also in processes that ddp_spawn starts\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n"
     )
     return [sys.executable, str(script)]
 {%- else -%}
