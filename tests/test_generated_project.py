@@ -32,6 +32,7 @@ def test_generated_suite_passes(tmp_path, case: str) -> None:
     tests = run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *select],
         cwd=rendered.path,
+        timeout=900,
         PYTHONPATH=str(site),
     )
     assert tests.returncode == 0, tests.stdout
