@@ -8,6 +8,8 @@ python train.py --ckpt_path last                  resume the newest run of this 
 
 import json
 import logging
+import os
+import signal
 import sys
 import warnings
 from argparse import SUPPRESS
@@ -16,12 +18,17 @@ from pathlib import Path
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.plugins.environments import SLURMEnvironment
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from .callbacks import BatchSizeReport
 from .data import DataModule
 from .datamodule import ConfigError
+from .guards import DivergedError, RngState, SaveOnPreemption, StopOnDivergence
 from .model import ImageClassifier
 
+# A kill loses at most this many optimizer steps (plus the epoch-end checkpoints).
+CHECKPOINT_EVERY_N_STEPS = 100
 SHORT_FLAGS = ("accelerator", "devices", "num_nodes", "precision", "strategy", "max_epochs")
 DEFAULT_MAX_EPOCHS = {{ {"digits": 30, "mnist": 10, "fashion_mnist": 20, "cifar10": 40, "image_folder": 30}[cookiecutter.dataset] }}
 
@@ -49,10 +56,13 @@ class TrainCLI(LightningCLI):
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.input_shape", apply_on="instantiate")
 
-        # Two checkpoint callbacks: the best by val/acc, and the newest state for resuming
-        # (ModelCheckpoint's own save_last only refreshes when the best improves).
+        # The best checkpoint by val/acc, and the newest state for resuming in last.ckpt
+        # (ModelCheckpoint's own save_last only refreshes when the best improves). Lightning
+        # takes either an epoch or a step interval per callback, so two refresh last.ckpt:
+        # one after every validation, one every N steps (a kill loses at most N steps).
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
+        parser.add_lightning_class_args(ModelCheckpoint, "step_checkpoint")
         parser.add_lightning_class_args(EarlyStopping, "early_stopping")
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
         parser.set_defaults(
@@ -63,6 +73,9 @@ class TrainCLI(LightningCLI):
                 "checkpoint.auto_insert_metric_name": False,
                 "last_checkpoint.filename": "last",
                 "last_checkpoint.enable_version_counter": False,
+                "step_checkpoint.filename": "last",
+                "step_checkpoint.enable_version_counter": False,
+                "step_checkpoint.every_n_train_steps": CHECKPOINT_EVERY_N_STEPS,
                 "early_stopping.monitor": "val/loss",
                 "early_stopping.patience": 10,
                 # val/loss exists only after validation; check there, not at train epoch end.
@@ -140,11 +153,34 @@ def quiet_known_noise() -> None:
     """Silence third-party messages that say nothing about this project's runs."""
     warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+    # torchdata's StatefulDataLoader calls a deprecated torch telemetry hook.
+    warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
     # jsonargparse deprecations triggered inside Lightning's own CLI code.
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="lightning.pytorch.cli")
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
         lambda record: not record.getMessage().startswith("💡 Tip")
     )
+
+
+def fit(cli: LightningCLI) -> None:
+    """trainer.fit, turning a divergence or a preemption signal into one line and an exit code."""
+    if not SLURMEnvironment.detect():
+        # Outside SLURM (which requeues on SIGUSR1 itself), SIGUSR1 means "save and stop" too.
+        signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    trainer = cli.trainer
+    try:
+        trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
+    except DivergedError as error:
+        saved = [Path(c.best_model_path) for c in trainer.checkpoint_callbacks if c.best_model_path]
+        newest = max(saved, key=lambda p: p.stat().st_mtime, default=None)
+        kept = f"last good checkpoint: {newest}" if newest else "no checkpoint was written"
+        sys.exit(f"error: training diverged: {error}; {kept}")
+    except SIGTERMException:
+        saved = next((c.saved for c in trainer.callbacks if isinstance(c, SaveOnPreemption)), None)
+        if trainer.is_global_zero:
+            print(f"Stopped by a signal at step {trainer.global_step}; saved {saved}.")
+            print("Resume with: python train.py --ckpt_path last (plus the same options)")
+        sys.exit(128 + signal.SIGTERM)
 
 
 def main(args: list[str] | None = None) -> dict[str, float]:
@@ -159,7 +195,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             seed_everything_default=42,
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
-            trainer_defaults={"callbacks": [BatchSizeReport()]},
+            trainer_defaults={
+                "callbacks": [BatchSizeReport(), RngState(), StopOnDivergence(), SaveOnPreemption()]
+            },
             auto_configure_optimizers=False,
         )
     except ConfigError as error:
@@ -168,7 +206,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     for logger in trainer.loggers:
         # Fix the run folder (version_N) now, so processes spawned later all use this one.
         _ = logger.version
-    trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
+    fit(cli)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     results = trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=best or None)
     metrics = {key: float(value) for key, value in results[0].items()} if results else {}

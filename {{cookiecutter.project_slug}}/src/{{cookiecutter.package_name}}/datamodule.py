@@ -5,10 +5,13 @@ The dataset itself (where images come from, their transforms) lives in data.py.
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import RandomSampler
 
 
 class ConfigError(ValueError):
@@ -42,13 +45,18 @@ class ImageDataModule(L.LightningDataModule):
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
+        self._resume_from: dict[str, Any] | None = None
 
     @property
     def num_classes(self) -> int:
         return len(self.class_names)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
+        loader = self._loader(self.train_set, shuffle=True)
+        if self._resume_from is not None:
+            loader.load_state_dict(self._resume_from)
+            self._resume_from = None
+        return loader
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set)
@@ -58,6 +66,16 @@ class ImageDataModule(L.LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         return self._loader(self.test_set)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The training loader's position (shuffled order and batches served) for checkpoints."""
+        loader = self.trainer.train_dataloader if self.trainer is not None else None
+        return {"train_loader": loader.state_dict()} if isinstance(loader, StatefulDataLoader) else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # Restored before the Trainer first asks for the loader (it does so early, to size the
+        # LR schedule, before its own loop state is restored), so the first loader resumes.
+        self._resume_from = state_dict.get("train_loader")
 
     def split(self, train: Dataset, evaluation: Dataset) -> tuple[Subset, Subset]:
         """Seeded train/val split of one dataset seen through two transforms.
@@ -74,13 +92,20 @@ class ImageDataModule(L.LightningDataModule):
         if dataset is None:
             raise RuntimeError("call setup() before asking for a data loader")
         on_gpu = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
-        return DataLoader(
+        # A stateful loader with its own generator: checkpoints record the shuffled order and
+        # the position in it, so a run resumed mid-epoch sees exactly the batches it missed,
+        # and creating loaders never draws from the global RNG that dropout uses.
+        # The sampler's generator draws only the order: after a restore it is set back to the
+        # interrupted epoch's state, so the epochs after it shuffle as they would have.
+        order = torch.Generator().manual_seed(self.seed)
+        return StatefulDataLoader(
             dataset,
             batch_size=self.batch_size,
-            shuffle=shuffle,
+            sampler=RandomSampler(dataset, generator=order) if shuffle else None,
             num_workers=self.num_workers,
             pin_memory=on_gpu,
             persistent_workers=self.num_workers > 0,
+            generator=torch.Generator().manual_seed(self.seed + 1),
         )
 
 

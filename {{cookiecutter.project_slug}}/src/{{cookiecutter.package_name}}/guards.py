@@ -1,0 +1,98 @@
+"""Callbacks that keep a run recoverable: exact RNG state, divergence stop, preemption save."""
+
+import random
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+
+class DivergedError(RuntimeError):
+    """The training loss or the weights stopped being finite numbers."""
+
+
+class RngState(L.Callback):
+    """Stores the Python, NumPy and torch RNG states in every checkpoint and restores them.
+
+    With the data loader's own state (its sampler's generator and position), this makes a
+    resumed run draw the same dropout masks and augmentations as one that never stopped.
+    Everything is stored as plain data, so checkpoints still load with weights_only=True.
+    """
+
+    def state_dict(self) -> dict[str, Any]:
+        version, mt_state, position, has_gauss, gauss = np.random.get_state()
+        state = {
+            "python": random.getstate(),
+            "numpy": [version, torch.from_numpy(mt_state.copy()), position, has_gauss, gauss],
+            "torch": torch.get_rng_state(),
+        }
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        random.setstate(state_dict["python"])
+        version, mt_state, position, has_gauss, gauss = state_dict["numpy"]
+        np.random.set_state((version, mt_state.numpy(), position, has_gauss, gauss))
+        torch.set_rng_state(state_dict["torch"])
+        if "cuda" in state_dict and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state_dict["cuda"])
+
+
+class StopOnDivergence(L.Callback):
+    """Stops at the first step whose loss is NaN or infinite, before it reaches a checkpoint.
+
+    The check runs before the checkpoint callbacks (Lightning runs those last) and again
+    on every checkpoint about to be written, so the newest checkpoint on disk is a good one.
+    """
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, idx: int
+    ) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is not None and not torch.isfinite(loss).all():
+            raise DivergedError(
+                f"train/loss became {loss.item()} at step {trainer.global_step} "
+                f"(epoch {trainer.current_epoch}, batch {idx})"
+            )
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        for name, tensor in checkpoint["state_dict"].items():
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                raise DivergedError(
+                    f"weight {name} is not finite after step {trainer.global_step}; "
+                    "the checkpoint was not written"
+                )
+
+
+class SaveOnPreemption(L.Callback):
+    """On SIGTERM (and SIGUSR1, which the CLI turns into SIGTERM) saves `last.ckpt` and stops.
+
+    Lightning stops the loop at the next batch boundary on every rank; this writes the
+    checkpoint that `--ckpt_path last` resumes from, losing no finished step.
+    """
+
+    def __init__(self) -> None:
+        self.saved: Path | None = None
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
+            return
+        last = next(
+            (c for c in trainer.checkpoint_callbacks if getattr(c, "filename", None) == "last"),
+            None,
+        )
+        if not isinstance(last, ModelCheckpoint) or last.dirpath is None:
+            return
+        self.saved = Path(last.dirpath) / f"last{last.FILE_EXTENSION}"
+        trainer.save_checkpoint(self.saved)
+        rank_zero_info(f"Saved {self.saved} at step {trainer.global_step} after SIGTERM")
