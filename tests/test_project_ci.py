@@ -62,3 +62,10 @@ def test_pre_commit_runs_ruff(rendered: Render) -> None:
         command = ruff(*HOOK_COMMANDS[hook["id"]], *args, ".")
         result = run(command, cwd=rendered.path)
         assert result.returncode == 0, f"{hook['id']}:\n{result.stdout}"
+
+
+def test_readme_explains_template_updates(rendered: Render) -> None:
+    readme = (rendered.path / "README.md").read_text()
+    section = readme.split("## Updating from the template\n", 1)[1].split("\n## ", 1)[0]
+    for command in ("cruft check", "cruft update", "cruft link"):
+        assert command in section, f"the README's update section does not explain {command}"
