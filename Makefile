@@ -4,7 +4,7 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 DEMO := build/demo
 
-.PHONY: venv demo test lint
+.PHONY: venv demo test lint docs
 
 venv: $(VENV)/.installed
 
@@ -29,5 +29,9 @@ test: venv
 	$(PYTHON) -m pytest tests
 
 lint: venv
-	$(VENV)/bin/ruff check tests hooks
-	$(VENV)/bin/ruff format --check tests hooks
+	$(VENV)/bin/ruff check tests hooks docs
+	$(VENV)/bin/ruff format --check tests hooks docs
+
+# The documentation site, into build/site; --strict turns a broken link into an error.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict

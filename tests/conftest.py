@@ -2,10 +2,10 @@
 
 import pytest
 
-from helpers import CASES, Render, render
+from helpers import RENDERS, Render, render
 
 
-@pytest.fixture(scope="session", params=list(CASES))
+@pytest.fixture(scope="session", params=list(RENDERS))
 def rendered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Render:
-    """One render per case, shared by every check that only reads it."""
-    return render(tmp_path_factory.mktemp(request.param), **CASES[request.param])
+    """One render per case and combination, shared by every check that only reads it."""
+    return render(tmp_path_factory.mktemp(request.param), **RENDERS[request.param])

@@ -15,7 +15,15 @@ from typing import Any
 
 from cookiecutter.main import cookiecutter
 
+from combinations import case_id, choice_questions, covering_set
+
 REPO = Path(__file__).resolve().parents[1]
+
+# The multiple-choice questions of cookiecutter.json, and the combinations of their
+# answers that get the static checks (every combination, or every pair of values).
+QUESTIONS = choice_questions(REPO / "cookiecutter.json")
+COMBINATIONS = {case_id(answers): answers for answers in covering_set(QUESTIONS)}
+DEFAULTS = {name: values[0] for name, values in QUESTIONS.items()}
 
 # The default answers, plus one render per dataset that together give every other
 # option value at least once: each license, both github_actions, each python_version.
@@ -63,6 +71,9 @@ CASES: dict[str, dict[str, str]] = {
     },
 }
 DATASET_CASES = [name for name in CASES if name != "default"]
+
+# What test_render.py checks: the named cases above and the computed combinations.
+RENDERS = {**CASES, **COMBINATIONS}
 
 # Written by the tools the tests run inside a render, never by the template.
 CACHES = {"__pycache__", ".pytest_cache", ".ruff_cache"}
@@ -132,7 +143,7 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """Run a command with extra environment variables; stdout and stderr together.
 
-    It runs in a session of its own. Past `timeout` seconds it is stopped with every
+    It runs in a session of its own, with no input. Past `timeout` seconds it is stopped with every
     process it started, and the output so far ends with a line that says so.
     """
     # A file, not a pipe: a process left behind holding it open cannot block the read.
@@ -141,6 +152,8 @@ def run(
             command,
             cwd=cwd,
             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **env},
+            # Nothing to read: a command that prompts fails instead of waiting.
+            stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             text=True,

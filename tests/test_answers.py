@@ -8,6 +8,7 @@ from helpers import render
 # answers, the question named, the value named, a word of what is accepted
 BAD_ANSWERS = {
     "name-starts-with-digit": ({"project_name": "2fast"}, "package_name", "2fast", "letter"),
+    "name-3d-scans": ({"project_name": "3D Scans"}, "package_name", "3d_scans", "letter"),
     "package-shadows-torch": ({"package_name": "torch"}, "package_name", "torch", "shadow"),
     "package-is-keyword": ({"package_name": "class"}, "package_name", "class", "keyword"),
     "package-is-stdlib": ({"package_name": "json"}, "package_name", "json", "shadow"),
@@ -38,6 +39,7 @@ def test_bad_answer_is_rejected(
     [
         ("Café Vision", "cafe-vision", "cafe_vision"),
         ("my-project 2", "my-project-2", "my_project_2"),
+        ("Scans in 3D", "scans-in-3d", "scans_in_3d"),
     ],
 )
 def test_awkward_names_derive_valid_names(

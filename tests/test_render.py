@@ -6,7 +6,7 @@ import tomllib
 
 import pytest
 
-from helpers import Render, files, ruff, run
+from helpers import Render, files, render, ruff, run
 
 # Jinja left behind: `{{`, `{%`, `{#` or the word cookiecutter. GitHub Actions
 # expressions `${{ ... }}` are meant to stay.
@@ -112,6 +112,19 @@ def test_cli_imports(rendered: Render) -> None:
     package = rendered.answers["package_name"]
     result = run(
         [sys.executable, "-c", f"import {package}.cli"],
+        cwd=rendered.path,
+        PYTHONPATH=str(rendered.path / "src"),
+    )
+    assert result.returncode == 0, result.stdout
+
+
+def test_output_path_with_spaces(tmp_path) -> None:
+    rendered = render(tmp_path / "my projects" / "café 2")
+    assert rendered.path.parent == tmp_path / "my projects" / "café 2" / "out"
+    assert not (rendered.path / "licenses").exists(), "the post-generation hook did not run"
+    assert (rendered.path / "LICENSE").is_file()
+    result = run(
+        [sys.executable, "-c", f"import {rendered.answers['package_name']}.cli"],
         cwd=rendered.path,
         PYTHONPATH=str(rendered.path / "src"),
     )

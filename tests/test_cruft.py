@@ -1,0 +1,128 @@
+"""Projects made with cruft take template updates and keep their own edits."""
+
+import ast
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO, run
+
+# Modules a hook may import: none of them starts a process, opens a socket or prompts.
+SAFE_MODULES = {"keyword", "pathlib", "re", "shutil", "sys"}
+
+# Not part of a template checkout: the environment, builds and tool caches.
+NOT_TEMPLATE = shutil.ignore_patterns(
+    ".git", ".venv", "build", "__pycache__", ".pytest_cache", ".ruff_cache"
+)
+
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "Test",
+    "GIT_AUTHOR_EMAIL": "test@example.org",
+    "GIT_COMMITTER_NAME": "Test",
+    "GIT_COMMITTER_EMAIL": "test@example.org",
+    # The user's own git settings (hooks, signing, templates) stay out of the test.
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+TEMPLATE_README = REPO / "{{cookiecutter.project_slug}}" / "README.md"
+NEWS = "Release notes of the template live in its repository."
+USER_CONFIG = "model:\n  learning_rate: 0.01\n"
+
+
+def cruft(*args: str, cwd: Path) -> str:
+    result = run([sys.executable, "-m", "cruft", *args], cwd=cwd, **GIT_IDENTITY)
+    assert result.returncode == 0, result.stdout
+    return result.stdout
+
+
+def git(*args: str, cwd: Path) -> str:
+    result = run(["git", *args], cwd=cwd, **GIT_IDENTITY)
+    assert result.returncode == 0, result.stdout
+    return result.stdout
+
+
+def commit_all(repo: Path, message: str) -> None:
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "--no-verify", "-m", message, cwd=repo)
+
+
+@pytest.mark.parametrize("hook", sorted((REPO / "hooks").glob("*.py")), ids=lambda p: p.name)
+def test_hooks_are_safe_under_cruft(hook: Path) -> None:
+    """cruft runs the hooks again on every update: no git, network or prompts in them."""
+    tree = ast.parse(hook.read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module.split(".")[0])
+    assert imported <= SAFE_MODULES, f"{hook.name} imports {imported - SAFE_MODULES}"
+    calls = {
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    assert not calls & {"input", "exec", "eval", "__import__"}
+
+
+@pytest.mark.slow
+def test_cruft_update_keeps_user_edits(tmp_path: Path) -> None:
+    # Commit 1 of the template.
+    template = tmp_path / "template"
+    shutil.copytree(REPO, template, ignore=NOT_TEMPLATE)
+    git("init", "-q", "-b", "main", cwd=template)
+    commit_all(template, "Template release 1")
+
+    settings = tmp_path / "cookiecutter.yaml"
+    settings.write_text(f"cookiecutters_dir: {json.dumps(str(tmp_path / 'cache'))}\n")
+    answers = {"project_name": "Leaf Lab", "dataset": "digits"}
+    cruft(
+        "create", str(template), "--no-input", "--output-dir", str(tmp_path),
+        "--config-file", str(settings), "--extra-context", json.dumps(answers),
+        cwd=tmp_path,
+    )  # fmt: skip
+    project = tmp_path / "leaf-lab"
+    git("init", "-q", "-b", "main", cwd=project)
+    commit_all(project, "New project")
+
+    # The user's own edits: a wider first block and a config of their own.
+    backbones = project / "src" / "leaf_lab" / "backbones.py"
+    original = "conv_block(in_channels, width),"
+    edited = "conv_block(in_channels, 2 * width),\n            conv_block(2 * width, width),"
+    assert original in backbones.read_text()
+    backbones.write_text(backbones.read_text().replace(original, edited))
+    (project / "configs" / "my_experiment.yaml").write_text(USER_CONFIG)
+    commit_all(project, "My model and experiment")
+
+    # Commit 2 of the template: a README line and a new config file.
+    readme = template / TEMPLATE_README.relative_to(REPO)
+    readme.write_text(readme.read_text().replace("## Tests\n", f"## Tests\n\n{NEWS}\n", 1))
+    news_config = template / "{{cookiecutter.project_slug}}" / "configs" / "news.yaml"
+    news_config.write_text("trainer:\n  max_epochs: 2\n")
+    commit_all(template, "Template release 2")
+    release_2 = git("rev-parse", "HEAD", cwd=template).strip()
+
+    stale = run([sys.executable, "-m", "cruft", "check"], cwd=project, **GIT_IDENTITY)
+    assert stale.returncode != 0, "cruft check passed on a project one release behind"
+    cruft("update", "--skip-apply-ask", cwd=project)
+
+    assert NEWS in (project / "README.md").read_text()
+    assert (project / "configs" / "news.yaml").read_text() == "trainer:\n  max_epochs: 2\n"
+    assert edited in backbones.read_text()
+    assert (project / "configs" / "my_experiment.yaml").read_text() == USER_CONFIG
+    assert json.loads((project / ".cruft.json").read_text())["commit"] == release_2
+    cruft("check", cwd=project)
+
+    commit_all(project, "Template release 2")
+    # The data tests, and the model tests that train the edited network.
+    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    tests = run(
+        [*pytest, "tests/test_data.py", "tests/test_model.py"],
+        cwd=project,
+        PYTHONPATH=str(project / "src"),
+    )
+    assert tests.returncode == 0, tests.stdout
