@@ -147,21 +147,26 @@ def quiet_known_noise() -> None:
     )
 
 
+def build_cli(args: list[str] | None) -> TrainCLI:
+    """The command line's model, data module and trainer, not run yet (also for evaluate, export)."""
+    return TrainCLI(
+        ImageClassifier,
+        DataModule,
+        args=args,
+        run=False,
+        seed_everything_default=42,
+        save_config_callback=SaveRunConfig,
+        save_config_kwargs={"overwrite": True},
+        trainer_defaults={"callbacks": [BatchSizeReport()]},
+        auto_configure_optimizers=False,
+    )
+
+
 def main(args: list[str] | None = None) -> dict[str, float]:
     """Fit, then test the best checkpoint; return the test metrics."""
     quiet_known_noise()
     try:
-        cli = TrainCLI(
-            ImageClassifier,
-            DataModule,
-            args=args,
-            run=False,
-            seed_everything_default=42,
-            save_config_callback=SaveRunConfig,
-            save_config_kwargs={"overwrite": True},
-            trainer_defaults={"callbacks": [BatchSizeReport()]},
-            auto_configure_optimizers=False,
-        )
+        cli = build_cli(args)
     except ConfigError as error:
         sys.exit(f"error: {error}")
     trainer = cli.trainer

@@ -47,6 +47,10 @@ class ImageDataModule(L.LightningDataModule):
     def num_classes(self) -> int:
         return len(self.class_names)
 
+    def state_dict(self) -> dict[str, list[str]]:
+        # Lightning stores this in every checkpoint: predict and export need no data to name classes.
+        return {"class_names": list(self.class_names)}
+
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, shuffle=True)
 
