@@ -1,4 +1,4 @@
-"""Test a checkpoint: `python evaluate.py --ckpt_path best|last|<file>`; metrics go to its run folder."""
+"""Test a checkpoint: `python evaluate.py --ckpt_path best|last|<file>`; metrics go to its run."""
 
 from {{ cookiecutter.package_name }}.evaluate import main
 

@@ -1,4 +1,4 @@
-"""Safe loading of checkpoints and weight files: plain data only, one-line errors naming the file."""
+"""Safe loading of checkpoints and weights: plain data only, one-line errors naming the file."""
 
 import pickle
 from collections.abc import Mapping
@@ -55,7 +55,9 @@ def load_weights(module: torch.nn.Module, state_dict: Mapping[str, Tensor], sour
     module.load_state_dict(state_dict)
 
 
-def build_model(hparams: dict[str, Any], state_dict: Mapping[str, Tensor], source: Path) -> ImageClassifier:
+def build_model(
+    hparams: dict[str, Any], state_dict: Mapping[str, Tensor], source: Path
+) -> ImageClassifier:
     """The ImageClassifier described by `hparams` with the given weights, in eval mode."""
     # LightningCLI records which function built the model; the arguments are the rest.
     arguments = {key: value for key, value in hparams.items() if key != "_instantiator"}

@@ -148,7 +148,7 @@ def quiet_known_noise() -> None:
 
 
 def build_cli(args: list[str] | None) -> TrainCLI:
-    """The command line's model, data module and trainer, not run yet (also for evaluate, export)."""
+    """The model, data module and trainer of the command line, not run yet; evaluate uses it too."""
     return TrainCLI(
         ImageClassifier,
         DataModule,

@@ -48,7 +48,7 @@ class ImageDataModule(L.LightningDataModule):
         return len(self.class_names)
 
     def state_dict(self) -> dict[str, list[str]]:
-        # Lightning stores this in every checkpoint: predict and export need no data to name classes.
+        # Lightning stores this in every checkpoint: predict and export name classes without data.
         return {"class_names": list(self.class_names)}
 
     def train_dataloader(self) -> DataLoader:

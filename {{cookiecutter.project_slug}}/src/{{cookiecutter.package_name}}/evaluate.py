@@ -7,7 +7,6 @@ python evaluate.py --ckpt_path last      or a file; any other option as for trai
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from .checkpoint import load_checkpoint, resolve_checkpoint, run_config
 from .cli import build_cli, quiet_known_noise

@@ -113,7 +113,8 @@ def verify(
         metadata_path(artifact).unlink()
         raise ParityError(
             f"{artifact.name} does not match the model: max |difference| of logits "
-            f"{max(diffs):.3g} > tolerance {tolerance} (batch sizes {BATCH_SIZES}); artifact removed"
+            f"{max(diffs):.3g} > tolerance {tolerance} (batch sizes {BATCH_SIZES}); "
+            f"artifact removed"
         )
     return {"tolerance": tolerance, "max_abs_diff": max(diffs), "batch_sizes": list(BATCH_SIZES)}
 
@@ -135,8 +136,12 @@ def main(args: list[str] | None = None) -> list[Path]:
     parser.add_argument(
         "--format", nargs="+", default=["onnx"], help=f"One or more of: {', '.join(SUFFIX)}."
     )
-    parser.add_argument("--output_dir", type=Path | None, default=None, help="Default: <run>/export.")
-    parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="Largest |logit difference|.")
+    parser.add_argument(
+        "--output_dir", type=Path | None, default=None, help="Default: <run>/export."
+    )
+    parser.add_argument(
+        "--tolerance", type=float, default=TOLERANCE, help="Largest |logit difference|."
+    )
     config = parser.parse_args(args)
     quiet_known_noise()
     try:

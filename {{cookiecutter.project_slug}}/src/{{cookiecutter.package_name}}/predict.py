@@ -55,8 +55,9 @@ def predict(classifier: Classifier, files: list[Path], batch_size: int = 64) -> 
     for start in range(0, len(readable), batch_size):
         chunk = readable[start : start + batch_size]
         probabilities = classifier.probabilities(torch.stack([image for _, image in chunk]))
-        for (row, _), (p, index) in zip(chunk, zip(*probabilities.max(dim=-1)), strict=True):
-            row["class"], row["probability"] = classifier.class_names[index], p.item()
+        values, indices = probabilities.max(dim=-1)
+        for (row, _), value, index in zip(chunk, values, indices, strict=True):
+            row["class"], row["probability"] = classifier.class_names[index], value.item()
     return rows
 
 
@@ -91,7 +92,9 @@ def main(args: list[str] | None = None) -> int:
     config = parser.parse_args(args)
     try:
         if config.output and config.output.suffix not in OUTPUT_SUFFIXES:
-            raise ConfigError(f"--output {config.output} must end in {' or '.join(OUTPUT_SUFFIXES)}")
+            raise ConfigError(
+                f"--output {config.output} must end in {' or '.join(OUTPUT_SUFFIXES)}"
+            )
         files = image_files(config.inputs)
         classifier = load_classifier(config.model)
     except ConfigError as error:

@@ -46,7 +46,9 @@ class ClassifierAPI(ls.LitAPI):
         try:
             data = base64.b64decode(request.image, validate=True)
         except binascii.Error:
-            raise HTTPException(400, "'image' is not base64; send the bytes of an image file") from None
+            raise HTTPException(
+                400, "'image' is not base64; send the bytes of an image file"
+            ) from None
         try:
             with Image.open(io.BytesIO(data)) as image:
                 return self.classifier.to_input(image)
@@ -75,7 +77,9 @@ def main(args: list[str] | None = None) -> None:
     parser.add_argument("--model", type=Path, required=True, help=".ckpt, .onnx, .pt2 or .pt file")
     parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines.")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--max_megabytes", type=float, default=MAX_MEGABYTES, help="Largest request.")
+    parser.add_argument(
+        "--max_megabytes", type=float, default=MAX_MEGABYTES, help="Largest request."
+    )
     parser.add_argument("--workers", type=int, default=1, help="Model copies serving requests.")
     config = parser.parse_args(args)
     try:
