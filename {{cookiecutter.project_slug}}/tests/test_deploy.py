@@ -3,6 +3,7 @@
 import base64
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,11 +20,12 @@ import pytest
 import torch
 from PIL import Image
 
+from {{ cookiecutter.package_name }} import export as export_module
 from {{ cookiecutter.package_name }}.checkpoint import load_checkpoint, load_model
 from {{ cookiecutter.package_name }}.datamodule import ConfigError
 from {{ cookiecutter.package_name }}.evaluate import main as evaluate
 from {{ cookiecutter.package_name }}.export import main as export
-from {{ cookiecutter.package_name }}.inference import load_classifier, metadata_path
+from {{ cookiecutter.package_name }}.inference import Classifier, load_classifier, metadata_path
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 from {{ cookiecutter.package_name }}.predict import main as predict
 
@@ -46,6 +48,12 @@ def write_images(folder: Path) -> list[Path]:
     return files
 
 
+def readme_recipe() -> str:
+    """The Python block of the README's section on running without this project."""
+    section = (PROJECT / "README.md").read_text().split("### On a machine without this project")[1]
+    return section.split("```python")[1].split("```")[0]
+
+
 def predictions(model: Path, images: Path, output: Path) -> list[dict]:
     """Run predict.py's main on the folder; it must report the corrupt file and exit with 1."""
     assert predict(["--model", str(model), str(images), "--output", str(output)]) == 1
@@ -53,7 +61,10 @@ def predictions(model: Path, images: Path, output: Path) -> list[dict]:
 
 
 def test_export_every_format_predicts_like_the_checkpoint(
-    train: Callable, tmp_path: Path, capsys: pytest.CaptureFixture
+    train: Callable,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     train(*ONE_EPOCH)
     artifacts = export(["--ckpt_path", "best", "--format", *FORMATS])
@@ -92,6 +103,23 @@ def test_export_every_format_predicts_like_the_checkpoint(
             load_classifier(damaged)
         assert "\n" not in str(error.value)
 
+    # The README's recipe for a machine with only onnxruntime, numpy and Pillow agrees.
+    offline = tmp_path / "offline"
+    offline.mkdir()
+    shutil.copy(artifacts[0], offline / "model.onnx")
+    shutil.copy(metadata_path(artifacts[0]), offline / "model.onnx.json")
+    _, height, width = load_classifier(best).input_shape
+    pixels = np.random.default_rng(2).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(offline / "photo.png")
+    assert predict(["--model", str(best), str(offline / "photo.png"), "--output", "p.json"]) == 0
+    (reference,) = json.loads(Path("p.json").read_text())
+    capsys.readouterr()
+    monkeypatch.chdir(offline)
+    exec(readme_recipe(), {})
+    name, probability = capsys.readouterr().out.rsplit(maxsplit=1)
+    assert name == reference["class"]
+    assert float(probability) == pytest.approx(reference["probability"], abs=1e-4)
+
 
 def test_predict_writes_csv_and_refuses_other_output_suffixes(
     train: Callable, tmp_path: Path
@@ -111,9 +139,8 @@ def test_export_that_misses_the_tolerance_fails_and_leaves_nothing(
     train: Callable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     train(*ONE_EPOCH)
-    from {{ cookiecutter.package_name }} import export as export_module
 
-    def off_by_one(path: Path):
+    def off_by_one(path: Path) -> Classifier:
         classifier = load_classifier(path)
         network = classifier.network
         classifier.network = lambda batch: network(batch) + 1
