@@ -149,17 +149,20 @@ def quiet_known_noise() -> None:
 
 def build_cli(args: list[str] | None) -> TrainCLI:
     """The model, data module and trainer of the command line, not run yet; evaluate uses it too."""
-    return TrainCLI(
-        ImageClassifier,
-        DataModule,
-        args=args,
-        run=False,
-        seed_everything_default=42,
-        save_config_callback=SaveRunConfig,
-        save_config_kwargs={"overwrite": True},
-        trainer_defaults={"callbacks": [BatchSizeReport()]},
-        auto_configure_optimizers=False,
-    )
+    with warnings.catch_warnings():
+        # evaluate and export pass a list of their own; sys.argv holds their flags, not these.
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        return TrainCLI(
+            ImageClassifier,
+            DataModule,
+            args=args,
+            run=False,
+            seed_everything_default=42,
+            save_config_callback=SaveRunConfig,
+            save_config_kwargs={"overwrite": True},
+            trainer_defaults={"callbacks": [BatchSizeReport()]},
+            auto_configure_optimizers=False,
+        )
 
 
 def main(args: list[str] | None = None) -> dict[str, float]:

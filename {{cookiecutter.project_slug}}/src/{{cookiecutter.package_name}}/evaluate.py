@@ -28,9 +28,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     except ConfigError as error:
         sys.exit(f"error: {error}")
     trainer = cli.trainer
-    results = trainer.test(
-        cli.model, datamodule=cli.datamodule, ckpt_path=str(checkpoint), weights_only=True
-    )
+    results = trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=str(checkpoint))
     metrics = {key: float(value) for key, value in results[0].items()}
     path = checkpoint.parent.parent / "eval_metrics.json"
     if trainer.is_global_zero:
