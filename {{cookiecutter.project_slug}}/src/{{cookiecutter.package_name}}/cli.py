@@ -183,11 +183,12 @@ def fit(cli: LightningCLI) -> None:
         sys.exit(128 + signal.SIGTERM)
 
 
-def main(args: list[str] | None = None) -> dict[str, float]:
-    """Fit, then test the best checkpoint; return the test metrics."""
-    quiet_known_noise()
-    try:
-        cli = TrainCLI(
+def build_cli(args: list[str] | None) -> TrainCLI:
+    """The model, data module and trainer of the command line, not run yet; evaluate uses it too."""
+    with warnings.catch_warnings():
+        # evaluate and export pass a list of their own; sys.argv holds their flags, not these.
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        return TrainCLI(
             ImageClassifier,
             DataModule,
             args=args,
@@ -200,6 +201,13 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             },
             auto_configure_optimizers=False,
         )
+
+
+def main(args: list[str] | None = None) -> dict[str, float]:
+    """Fit, then test the best checkpoint; return the test metrics."""
+    quiet_known_noise()
+    try:
+        cli = build_cli(args)
     except ConfigError as error:
         sys.exit(f"error: {error}")
     trainer = cli.trainer

@@ -68,9 +68,14 @@ class ImageDataModule(L.LightningDataModule):
         return self._loader(self.test_set)
 
     def state_dict(self) -> dict[str, Any]:
-        """The training loader's position (shuffled order and batches served) for checkpoints."""
+        """What Lightning stores in every checkpoint: the class names (predict and export name
+        classes without the data) and the training loader's position (shuffled order, batches
+        served) for an exact resume."""
+        state: dict[str, Any] = {"class_names": list(self.class_names)}
         loader = self.trainer.train_dataloader if self.trainer is not None else None
-        return {"train_loader": loader.state_dict()} if isinstance(loader, StatefulDataLoader) else {}
+        if isinstance(loader, StatefulDataLoader):
+            state["train_loader"] = loader.state_dict()
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # Restored before the Trainer first asks for the loader (it does so early, to size the

@@ -19,6 +19,24 @@ def eval_transform() -> v2.Transform:
     return v2.Compose([v2.ToDtype(torch.float32), v2.Normalize(MEAN, STD)])
 
 
+def prediction_transform(input_shape: tuple[int, int, int]) -> v2.Transform:
+    """An RGB image file -> model input, like the data: light digit on a dark background.
+
+    The image is turned grey, resized to 8x8 and its 0..255 values scaled to the
+    data's 0..16, then `eval_transform` applies.
+    """
+    return v2.Compose(
+        [
+            v2.Grayscale(),
+            v2.Resize(input_shape[1:], antialias=True),
+            v2.ToImage(),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Lambda(lambda pixels: pixels * 16),
+            eval_transform(),
+        ]
+    )
+
+
 class TensorImages(Dataset):
     """Images held in one uint8 tensor (N, C, H, W), transformed one by one."""
 

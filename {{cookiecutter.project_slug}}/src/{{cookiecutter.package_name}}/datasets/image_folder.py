@@ -32,6 +32,11 @@ def eval_transform(image_size: int = 64) -> v2.Transform:
     )
 
 
+def prediction_transform(input_shape: tuple[int, int, int]) -> v2.Transform:
+    """An RGB image file (read as ImageFolder reads it) -> model input: `eval_transform`."""
+    return eval_transform(input_shape[-1])
+
+
 def train_transform(image_size: int = 64) -> v2.Transform:
     """Random crops and flips for training only."""
     return v2.Compose(

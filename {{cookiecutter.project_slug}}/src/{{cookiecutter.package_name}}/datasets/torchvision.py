@@ -44,6 +44,13 @@ def eval_transform() -> v2.Transform:
     )
 
 
+def prediction_transform(input_shape: tuple[int, int, int]) -> v2.Transform:
+    """An RGB image file -> model input: the data's channels and size, then `eval_transform`."""
+    channels, height, width = input_shape
+    to_channels = [v2.Grayscale()] if channels == 1 else []
+    return v2.Compose([*to_channels, v2.Resize((height, width), antialias=True), eval_transform()])
+
+
 def train_transform() -> v2.Transform:
     """Random augmentation for training only, then the evaluation preprocessing."""
     return v2.Compose([{{ spec.augment }}, eval_transform()])

@@ -1,0 +1,122 @@
+"""Safe loading of checkpoints and weights: plain data only, one-line errors naming the file."""
+
+import pickle
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.cli import instantiate_module
+from torch import Tensor
+
+from .datamodule import ConfigError
+from .model import ImageClassifier
+
+EXPERIMENT = Path("runs") / "default"
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a torch-saved file with weights_only=True; a bad file raises ConfigError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path} is not a file; give a checkpoint or weights file")
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        if "weights only load failed" in str(error).lower():
+            raise ConfigError(
+                f"{path} was refused: it holds a pickled Python object, not only tensors and "
+                f"plain data, and loading it could run arbitrary code"
+            ) from None
+        raise ConfigError(f"{path} is truncated or corrupt ({error})") from None
+    except (RuntimeError, EOFError, OSError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ConfigError(f"{path} is truncated or not a torch file ({reason})") from None
+    if not isinstance(content, dict):
+        raise ConfigError(f"{path} holds a {type(content).__name__}, not a checkpoint dictionary")
+    return content
+
+
+def load_weights(module: torch.nn.Module, state_dict: Mapping[str, Tensor], source: Path) -> None:
+    """Load `state_dict` into `module`; missing, unexpected or reshaped keys raise ConfigError."""
+    expected = module.state_dict()
+    problems = []
+    if missing := sorted(expected.keys() - state_dict.keys()):
+        problems.append(f"missing keys {', '.join(missing)}")
+    if unexpected := sorted(state_dict.keys() - expected.keys()):
+        problems.append(f"unexpected keys {', '.join(unexpected)}")
+    problems += [
+        f"{key} has shape {tuple(state_dict[key].shape)}, the model {tuple(value.shape)}"
+        for key, value in expected.items()
+        if key in state_dict and state_dict[key].shape != value.shape
+    ]
+    if problems:
+        raise ConfigError(f"{source} does not fit this architecture: {'; '.join(problems)}")
+    module.load_state_dict(state_dict)
+
+
+def build_model(
+    hparams: dict[str, Any], state_dict: Mapping[str, Tensor], source: Path
+) -> ImageClassifier:
+    """The ImageClassifier described by `hparams` with the given weights, in eval mode."""
+    # LightningCLI records which function built the model; the arguments are the rest.
+    arguments = {key: value for key, value in hparams.items() if key != "_instantiator"}
+    # Inference runs uncompiled; compiling only pays off over many training steps.
+    model = instantiate_module(ImageClassifier, {**arguments, "compile": False})
+    load_weights(model, state_dict, source)
+    return model.eval()
+
+
+def load_model(path: str | Path) -> tuple[ImageClassifier, dict[str, Any]]:
+    """The model of a Lightning checkpoint (eval mode) and the checkpoint's content."""
+    path = Path(path)
+    checkpoint = load_checkpoint(path)
+    for key in ("state_dict", "hyper_parameters"):
+        if key not in checkpoint:
+            raise ConfigError(f"{path} is not a Lightning checkpoint of this project (no {key!r})")
+    return build_model(checkpoint["hyper_parameters"], checkpoint["state_dict"], path), checkpoint
+
+
+def class_names(checkpoint: dict[str, Any], path: Path) -> list[str]:
+    """The class names the DataModule saved into the checkpoint."""
+    names = checkpoint.get("DataModule", {}).get("class_names")
+    if not names:
+        raise ConfigError(f"{path} has no class names (it was saved without the DataModule)")
+    return list(names)
+
+
+def resolve_checkpoint(ckpt_path: str, experiment: Path = EXPERIMENT) -> Path:
+    """A checkpoint file: the given path, or 'best' / 'last' of the newest run of `experiment`."""
+    if ckpt_path not in ("best", "last"):
+        if not Path(ckpt_path).is_file():
+            raise ConfigError(
+                f"ckpt_path {ckpt_path!r} is not a file; give a checkpoint file, 'best' or 'last'"
+            )
+        return Path(ckpt_path)
+    runs = sorted(
+        experiment.glob("version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime
+    )
+    if not runs:
+        raise ConfigError(
+            f"--ckpt_path {ckpt_path}: no run under {experiment} has a checkpoints/last.ckpt"
+        )
+    last = runs[-1]
+    if ckpt_path == "last":
+        return last
+    # The ModelCheckpoint that monitors a metric remembers the best file it wrote.
+    states = load_checkpoint(last).get("callbacks", {}).values()
+    best = [s["best_model_path"] for s in states if s.get("monitor") and s.get("best_model_path")]
+    if not best or not Path(best[0]).is_file():
+        raise ConfigError(f"--ckpt_path best: {last} names no best checkpoint that still exists")
+    return Path(best[0])
+
+
+def run_config(checkpoint: Path) -> Path:
+    """The config.yaml of the run folder that holds `checkpoint` (run/checkpoints/x.ckpt)."""
+    config = checkpoint.parent.parent / "config.yaml"
+    if checkpoint.parent.name != "checkpoints" or not config.is_file():
+        raise ConfigError(
+            f"{checkpoint} is not inside a run folder with a config.yaml "
+            f"(runs/<experiment>/version_N/checkpoints/); the data setup comes from there"
+        )
+    return config

@@ -1,0 +1,37 @@
+"""Test a checkpoint with the trainer, callbacks and data of the run that wrote it.
+
+python evaluate.py                       the best checkpoint of the newest run
+python evaluate.py --ckpt_path last      or a file; any other option as for train.py
+"""
+
+import argparse
+import json
+import sys
+
+from .checkpoint import load_checkpoint, resolve_checkpoint, run_config
+from .cli import build_cli, quiet_known_noise
+from .datamodule import ConfigError
+
+
+def main(args: list[str] | None = None) -> dict[str, float]:
+    """Test metrics of the checkpoint, printed and written to <run>/eval_metrics.json."""
+    quiet_known_noise()
+    picker = argparse.ArgumentParser(add_help=False)
+    picker.add_argument("--ckpt_path", default="best")
+    known, rest = picker.parse_known_args(sys.argv[1:] if args is None else args)
+    try:
+        checkpoint = resolve_checkpoint(known.ckpt_path)
+        load_checkpoint(checkpoint)  # a refused or damaged file stops here, in one line
+        # The run's own config, so the test sees the same data, callbacks and run folder.
+        config = ["--config", str(run_config(checkpoint)), *rest, "--ckpt_path", str(checkpoint)]
+        cli = build_cli(config)
+    except ConfigError as error:
+        sys.exit(f"error: {error}")
+    trainer = cli.trainer
+    results = trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=str(checkpoint))
+    metrics = {key: float(value) for key, value in results[0].items()}
+    path = checkpoint.parent.parent / "eval_metrics.json"
+    if trainer.is_global_zero:
+        path.write_text(json.dumps({"checkpoint": str(checkpoint), **metrics}, indent=2) + "\n")
+        print(f"Metrics written to {path}")
+    return metrics

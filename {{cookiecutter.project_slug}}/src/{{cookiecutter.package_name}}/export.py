@@ -1,0 +1,150 @@
+"""Export a checkpoint's network to ONNX, torch.export (.pt2) or a state_dict, each verified.
+
+Every artifact is loaded back the way predict.py loads it and must give the
+LightningModule's logits on a real validation batch, for batch sizes 1 and 7,
+within `tolerance`; otherwise it is deleted and the export fails.
+"""
+
+import json
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import torch
+from jsonargparse import ArgumentParser
+from torch import Tensor
+from torch.export import Dim
+
+from .checkpoint import class_names, load_model, resolve_checkpoint, run_config
+from .cli import build_cli, quiet_known_noise
+from .data import MEAN, STD, prediction_transform
+from .datamodule import ConfigError
+from .inference import load_classifier, metadata_path
+from .model import ImageClassifier
+
+SUFFIX = {"onnx": ".onnx", "torch_export": ".pt2", "state_dict": ".pt"}
+TOLERANCE = 1e-4
+BATCH_SIZES = (1, 7)
+# The batch dimension stays dynamic in every format; images keep their trained size.
+DYNAMIC_BATCH = ({0: Dim.DYNAMIC},)
+
+
+class ParityError(RuntimeError):
+    """An exported artifact does not reproduce the model's outputs."""
+
+
+def export(
+    ckpt_path: str, formats: list[str], output_dir: Path | None, tolerance: float = TOLERANCE
+) -> list[Path]:
+    """Write and verify one artifact (+ metadata file) per format; return the artifacts."""
+    if unknown := [f for f in formats if f not in SUFFIX]:
+        raise ConfigError(f"--format {', '.join(unknown)} is not one of: {', '.join(SUFFIX)}")
+    if not tolerance > 0:
+        raise ConfigError(f"--tolerance must be positive, got {tolerance}")
+    checkpoint = resolve_checkpoint(ckpt_path)
+    model, content = load_model(checkpoint)
+    input_shape = tuple(content["hyper_parameters"]["input_shape"])
+    batch = validation_batch(checkpoint, max(BATCH_SIZES))
+    output_dir = output_dir or checkpoint.parent.parent / "export"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    metadata = {
+        "checkpoint": str(checkpoint),
+        "class_names": class_names(content, checkpoint),
+        "input_shape": list(input_shape),
+        "mean": list(MEAN),
+        "std": list(STD),
+        "preprocessing": repr(prediction_transform(input_shape)),
+        "output": "logits; their softmax gives the class probabilities",
+        "hyper_parameters": content["hyper_parameters"],
+        "versions": versions(),
+    }
+    artifacts = []
+    for name in dict.fromkeys(formats):
+        artifact = output_dir / f"{checkpoint.stem}{SUFFIX[name]}"
+        write(name, model, batch, artifact)
+        info = {"format": name, **metadata}
+        metadata_path(artifact).write_text(json.dumps(info, indent=2) + "\n")
+        info["parity"] = parity = verify(model, batch, artifact, tolerance)
+        metadata_path(artifact).write_text(json.dumps(info, indent=2) + "\n")
+        print(f"{name}: {artifact} (max |difference| {parity['max_abs_diff']:.2e} <= {tolerance})")
+        artifacts.append(artifact)
+    return artifacts
+
+
+def validation_batch(checkpoint: Path, size: int) -> Tensor:
+    """`size` preprocessed validation images, from the data the checkpoint's run was set up with."""
+    datamodule = build_cli(["--config", str(run_config(checkpoint))]).datamodule
+    datamodule.setup("validate")
+    images = datamodule.val_set
+    return torch.stack([images[i % len(images)][0] for i in range(size)])
+
+
+def write(name: str, model: ImageClassifier, batch: Tensor, artifact: Path) -> None:
+    network = model.backbone
+    if name == "onnx":
+        torch.onnx.export(
+            network,
+            (batch,),
+            artifact,
+            dynamo=True,
+            dynamic_shapes=DYNAMIC_BATCH,
+            input_names=["image"],
+            output_names=["logits"],
+            external_data=False,
+            verbose=False,
+        )
+    elif name == "torch_export":
+        program = torch.export.export(network, (batch,), dynamic_shapes=DYNAMIC_BATCH)
+        torch.export.save(program, artifact)
+    else:
+        torch.save(model.state_dict(), artifact)
+
+
+def verify(
+    model: ImageClassifier, batch: Tensor, artifact: Path, tolerance: float
+) -> dict[str, Any]:
+    """Compare the artifact's logits with the model's; delete it and its metadata if they differ."""
+    network = load_classifier(artifact).network
+    with torch.inference_mode():
+        diffs = [(network(batch[:n]) - model(batch[:n])).abs().max().item() for n in BATCH_SIZES]
+    if max(diffs) > tolerance:
+        artifact.unlink()
+        metadata_path(artifact).unlink()
+        raise ParityError(
+            f"{artifact.name} does not match the model: max |difference| of logits "
+            f"{max(diffs):.3g} > tolerance {tolerance} (batch sizes {BATCH_SIZES}); "
+            f"artifact removed"
+        )
+    return {"tolerance": tolerance, "max_abs_diff": max(diffs), "batch_sizes": list(BATCH_SIZES)}
+
+
+def versions() -> dict[str, str]:
+    """Versions of the libraries that wrote the artifacts."""
+    found = {}
+    for package in ("torch", "torchvision", "lightning", "onnx", "onnxscript", "onnxruntime"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+def main(args: list[str] | None = None) -> list[Path]:
+    parser = ArgumentParser(description="Export a checkpoint, verified against the model.")
+    parser.add_argument("--ckpt_path", default="best", help="A checkpoint file, 'best' or 'last'.")
+    parser.add_argument(
+        "--format", nargs="+", default=["onnx"], help=f"One or more of: {', '.join(SUFFIX)}."
+    )
+    parser.add_argument(
+        "--output_dir", type=Path | None, default=None, help="Default: <run>/export."
+    )
+    parser.add_argument(
+        "--tolerance", type=float, default=TOLERANCE, help="Largest |logit difference|."
+    )
+    config = parser.parse_args(args)
+    quiet_known_noise()
+    try:
+        return export(config.ckpt_path, config.format, config.output_dir, config.tolerance)
+    except (ConfigError, ParityError) as error:
+        sys.exit(f"error: {error}")

@@ -1,0 +1,110 @@
+"""Classify image files with a checkpoint or an exported artifact.
+
+python predict.py --model runs/default/version_0/export/best.onnx images/ cat.png
+python predict.py --model best.ckpt images/ --output preds.csv     (or .json)
+
+An input that cannot be decoded is reported by name and the others are still
+predicted; the exit status is 1 if any input failed.
+"""
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import torch
+from jsonargparse import ArgumentParser
+from PIL import Image, UnidentifiedImageError
+from torchvision.datasets.folder import IMG_EXTENSIONS
+
+from .datamodule import ConfigError
+from .inference import Classifier, load_classifier
+
+OUTPUT_SUFFIXES = (".csv", ".json")
+Row = dict[str, str | float | None]
+
+
+def image_files(inputs: list[Path]) -> list[Path]:
+    """The files given, and the image files found under the folders given, in sorted order."""
+    files = []
+    for path in inputs:
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMG_EXTENSIONS)
+            if not found:
+                raise ConfigError(f"{path} holds no image files ({', '.join(IMG_EXTENSIONS)})")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ConfigError(f"{path} is neither a file nor a folder")
+    return files
+
+
+def predict(classifier: Classifier, files: list[Path], batch_size: int = 64) -> list[Row]:
+    """One row per file: the predicted class and its probability, or why it failed."""
+    rows: list[Row] = []
+    readable = []
+    for path in files:
+        row: Row = {"file": str(path), "class": None, "probability": None, "error": None}
+        try:
+            readable.append((row, classifier.read_image(path)))
+        except (OSError, ValueError, Image.DecompressionBombError) as error:
+            unknown = isinstance(error, UnidentifiedImageError)
+            row["error"] = "not an image file" if unknown else f"cannot decode image: {error}"
+        rows.append(row)
+    for start in range(0, len(readable), batch_size):
+        chunk = readable[start : start + batch_size]
+        probabilities = classifier.probabilities(torch.stack([image for _, image in chunk]))
+        values, indices = probabilities.max(dim=-1)
+        for (row, _), value, index in zip(chunk, values, indices, strict=True):
+            row["class"], row["probability"] = classifier.class_names[index], value.item()
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    width = max(len("file"), *(len(str(row["file"])) for row in rows))
+    lines = [f"{'file':<{width}}  {'class':<16} probability"]
+    for row in rows:
+        if row["error"]:
+            lines.append(f"{row['file']:<{width}}  error: {row['error']}")
+        else:
+            lines.append(f"{row['file']:<{width}}  {row['class']:<16} {row['probability']:.4f}")
+    return "\n".join(lines)
+
+
+def write(rows: list[Row], output: Path) -> None:
+    if output.suffix == ".json":
+        output.write_text(json.dumps(rows, indent=2) + "\n")
+        return
+    with output.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def main(args: list[str] | None = None) -> int:
+    """Print (or write) the predictions; return 1 if any input failed, else 0."""
+    parser = ArgumentParser(description="Classify image files.")
+    parser.add_argument("--model", type=Path, required=True, help=".ckpt, .onnx, .pt2 or .pt file")
+    parser.add_argument("--output", type=Path | None, default=None, help="preds.csv or preds.json")
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("inputs", nargs="+", type=Path, help="Image files or folders.")
+    config = parser.parse_args(args)
+    try:
+        if config.output and config.output.suffix not in OUTPUT_SUFFIXES:
+            raise ConfigError(
+                f"--output {config.output} must end in {' or '.join(OUTPUT_SUFFIXES)}"
+            )
+        files = image_files(config.inputs)
+        classifier = load_classifier(config.model)
+    except ConfigError as error:
+        sys.exit(f"error: {error}")
+    rows = predict(classifier, files, config.batch_size)
+    print(table(rows))
+    if config.output:
+        write(rows, config.output)
+        print(f"Predictions written to {config.output}")
+    failed = sum(1 for row in rows if row["error"])
+    if failed:
+        print(f"{failed} of {len(rows)} inputs could not be read", file=sys.stderr)
+    return 1 if failed else 0

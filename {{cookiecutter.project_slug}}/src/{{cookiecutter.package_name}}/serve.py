@@ -1,0 +1,95 @@
+"""An HTTP prediction service with LitServe.
+
+python serve.py --model runs/default/version_0/export/best.onnx --port 8000
+
+POST /predict with JSON {"image": "<base64 of an image file>"} returns
+{"class": ..., "probability": ..., "probabilities": {class name: probability}};
+GET /health answers "ok" once the model is loaded.
+"""
+
+import base64
+import binascii
+import io
+import sys
+from pathlib import Path
+
+import litserve as ls
+from fastapi import HTTPException
+from jsonargparse import ArgumentParser
+from PIL import Image
+from pydantic import BaseModel
+from torch import Tensor
+
+from .datamodule import ConfigError
+from .inference import load_classifier
+
+MAX_MEGABYTES = 10
+
+
+class ImageRequest(BaseModel):
+    """The request body; FastAPI answers 422 to anything else."""
+
+    image: str
+
+
+class ClassifierAPI(ls.LitAPI):
+    """Decodes one image per request, runs the classifier, returns class probabilities."""
+
+    def __init__(self, model: Path) -> None:
+        super().__init__()
+        self.model = model
+
+    def setup(self, device: str) -> None:
+        self.classifier = load_classifier(self.model)
+
+    def decode_request(self, request: ImageRequest) -> Tensor:
+        try:
+            data = base64.b64decode(request.image, validate=True)
+        except binascii.Error:
+            raise HTTPException(
+                400, "'image' is not base64; send the bytes of an image file"
+            ) from None
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                return self.classifier.to_input(image)
+        except Image.DecompressionBombError:
+            raise HTTPException(413, "the image has too many pixels") from None
+        except (OSError, ValueError):
+            raise HTTPException(
+                415, "'image' could not be decoded; send a PNG, JPEG or other image file"
+            ) from None
+
+    def predict(self, image: Tensor) -> Tensor:
+        return self.classifier.probabilities(image.unsqueeze(0))[0]
+
+    def encode_response(self, probabilities: Tensor) -> dict:
+        names = self.classifier.class_names
+        best = int(probabilities.argmax())
+        return {
+            "class": names[best],
+            "probability": probabilities[best].item(),
+            "probabilities": dict(zip(names, probabilities.tolist(), strict=True)),
+        }
+
+
+def main(args: list[str] | None = None) -> None:
+    parser = ArgumentParser(description="Serve a checkpoint or exported model over HTTP.")
+    parser.add_argument("--model", type=Path, required=True, help=".ckpt, .onnx, .pt2 or .pt file")
+    parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines.")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--max_megabytes", type=float, default=MAX_MEGABYTES, help="Largest request."
+    )
+    parser.add_argument("--workers", type=int, default=1, help="Model copies serving requests.")
+    config = parser.parse_args(args)
+    try:
+        load_classifier(config.model)  # a bad model file fails here, before the server starts
+    except ConfigError as error:
+        sys.exit(f"error: {error}")
+    server = ls.LitServer(
+        ClassifierAPI(config.model),
+        accelerator="cpu",
+        workers_per_device=config.workers,
+        max_payload_size=int(config.max_megabytes * 1024 * 1024),
+    )
+    server.run(host=config.host, port=config.port, generate_client_file=False)

@@ -1,0 +1,334 @@
+"""Deployment: evaluate, export with parity checks, predict, serve, and safe loading."""
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from {{ cookiecutter.package_name }} import export as export_module
+from {{ cookiecutter.package_name }}.checkpoint import load_checkpoint, load_model
+from {{ cookiecutter.package_name }}.datamodule import ConfigError
+from {{ cookiecutter.package_name }}.evaluate import main as evaluate
+from {{ cookiecutter.package_name }}.export import main as export
+from {{ cookiecutter.package_name }}.inference import Classifier, load_classifier, metadata_path
+from {{ cookiecutter.package_name }}.model import ImageClassifier
+from {{ cookiecutter.package_name }}.predict import main as predict
+
+PROJECT = Path(__file__).resolve().parents[1]
+FORMATS = ("onnx", "torch_export", "state_dict")
+ONE_EPOCH = ("--max_epochs", "1")
+
+
+def write_images(folder: Path) -> list[Path]:
+    """Three small PNG files of different sizes and modes, and one file that is no image."""
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    files = []
+    for i, (size, mode) in enumerate([((24, 20), "RGB"), ((8, 8), "L"), ((40, 32), "RGBA")]):
+        pixels = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
+        files.append(folder / f"image{i}.png")
+        Image.fromarray(pixels).convert(mode).save(files[-1])
+    files.append(folder / "corrupt.png")
+    files[-1].write_bytes(b"\x89PNG\r\n\x1a\n this is not the rest of a PNG file")
+    return files
+
+
+def readme_recipe() -> str:
+    """The Python block of the README's section on running without this project."""
+    section = (PROJECT / "README.md").read_text().split("### On a machine without this project")[1]
+    return section.split("```python")[1].split("```")[0]
+
+
+def predictions(model: Path, images: Path, output: Path) -> list[dict]:
+    """Run predict.py's main on the folder; it must report the corrupt file and exit with 1."""
+    assert predict(["--model", str(model), str(images), "--output", str(output)]) == 1
+    return json.loads(output.read_text())
+
+
+def test_export_every_format_predicts_like_the_checkpoint(
+    train: Callable,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    train(*ONE_EPOCH)
+    artifacts = export(["--ckpt_path", "best", "--format", *FORMATS])
+    assert [a.suffix for a in artifacts] == [".onnx", ".pt2", ".pt"]
+    best = Path(json.loads(next(Path("runs").rglob("test_metrics.json")).read_text())["checkpoint"])
+    for artifact in artifacts:
+        assert artifact.parent == best.parent.parent / "export"
+        metadata = json.loads(metadata_path(artifact).read_text())
+        assert metadata["parity"]["batch_sizes"] == [1, 7]
+        assert metadata["parity"]["max_abs_diff"] <= metadata["parity"]["tolerance"]
+        assert metadata["input_shape"] == list(load_model(best)[0].hparams.input_shape)
+        assert "torch" in metadata["versions"]
+
+    images = tmp_path / "images"
+    write_images(images)
+    expected = predictions(best, images, tmp_path / "checkpoint.json")
+    assert [Path(row["file"]).name for row in expected] == [
+        "corrupt.png", "image0.png", "image1.png", "image2.png"
+    ]  # fmt: skip
+    assert "corrupt.png" in capsys.readouterr().out
+    assert expected[0]["error"] and expected[0]["class"] is None
+    class_names = load_classifier(best).class_names
+    assert all(row["class"] in class_names and row["error"] is None for row in expected[1:])
+    for artifact in artifacts:
+        rows = predictions(artifact, images, tmp_path / f"{artifact.suffix[1:]}.json")
+        assert [row["class"] for row in rows] == [row["class"] for row in expected]
+        for row, reference in zip(rows[1:], expected[1:], strict=True):
+            assert row["probability"] == pytest.approx(reference["probability"], abs=1e-4)
+
+    # A damaged copy of any artifact fails to load in one line that names it.
+    for artifact in artifacts:
+        damaged = tmp_path / f"damaged{artifact.suffix}"
+        damaged.write_bytes(artifact.read_bytes()[:500])
+        metadata_path(damaged).write_text(metadata_path(artifact).read_text())
+        with pytest.raises(ConfigError, match=rf"^{damaged} is truncated or not") as error:
+            load_classifier(damaged)
+        assert "\n" not in str(error.value)
+
+    # The README's recipe for a machine with only onnxruntime, numpy and Pillow agrees.
+    offline = tmp_path / "offline"
+    offline.mkdir()
+    shutil.copy(artifacts[0], offline / "model.onnx")
+    shutil.copy(metadata_path(artifacts[0]), offline / "model.onnx.json")
+    _, height, width = load_classifier(best).input_shape
+    pixels = np.random.default_rng(2).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(offline / "photo.png")
+    assert predict(["--model", str(best), str(offline / "photo.png"), "--output", "p.json"]) == 0
+    (reference,) = json.loads(Path("p.json").read_text())
+    capsys.readouterr()
+    monkeypatch.chdir(offline)
+    exec(readme_recipe(), {})
+    name, probability = capsys.readouterr().out.rsplit(maxsplit=1)
+    assert name == reference["class"]
+    assert float(probability) == pytest.approx(reference["probability"], abs=1e-4)
+
+
+def test_predict_writes_csv_and_refuses_other_output_suffixes(
+    train: Callable, tmp_path: Path
+) -> None:
+    train(*ONE_EPOCH)
+    checkpoint = next(Path("runs").rglob("last.ckpt"))
+    files = write_images(tmp_path / "images")
+    output = tmp_path / "preds.csv"
+    assert predict(["--model", str(checkpoint), *map(str, files[:2]), "--output", str(output)]) == 0
+    lines = output.read_text().splitlines()
+    assert lines[0] == "file,class,probability,error" and len(lines) == 3
+    with pytest.raises(SystemExit, match=r"--output preds.txt must end in .csv or .json"):
+        predict(["--model", str(checkpoint), str(files[0]), "--output", "preds.txt"])
+
+
+def test_export_that_misses_the_tolerance_fails_and_leaves_nothing(
+    train: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    train(*ONE_EPOCH)
+
+    def off_by_one(path: Path) -> Classifier:
+        classifier = load_classifier(path)
+        network = classifier.network
+        classifier.network = lambda batch: network(batch) + 1
+        return classifier
+
+    monkeypatch.setattr(export_module, "load_classifier", off_by_one)
+    with pytest.raises(
+        SystemExit, match=r"does not match the model: max \|difference\| of logits 1"
+    ):
+        export(["--ckpt_path", "last", "--format", "state_dict"])
+    assert not list(Path("runs").rglob("export/*"))
+
+
+def test_evaluate_tests_best_and_last_into_the_run_folder(train: Callable) -> None:
+    train(*ONE_EPOCH)
+    run = next(Path("runs").rglob("test_metrics.json")).parent
+    trained = json.loads((run / "test_metrics.json").read_text())
+    metrics = evaluate(["--ckpt_path", "best", "--trainer.enable_progress_bar", "false"])
+    written = json.loads((run / "eval_metrics.json").read_text())
+    assert written["checkpoint"] == trained["checkpoint"]
+    assert metrics["test/acc"] == pytest.approx(trained["test/acc"])
+    assert written["test/acc"] == pytest.approx(metrics["test/acc"])
+    evaluate(["--ckpt_path", "last"])
+    assert json.loads((run / "eval_metrics.json").read_text())["checkpoint"].endswith("last.ckpt")
+    assert sorted(p.name for p in Path("runs").glob("*/*")) == [run.name]  # no new run folder
+
+
+class NotData:
+    """Any class: pickling it into a checkpoint makes loading it run code."""
+
+
+@pytest.fixture
+def checkpoint_file(tmp_path: Path, make_datamodule: Callable) -> Callable[..., Path]:
+    """Write a checkpoint of an untrained model with the given backbone width."""
+    datamodule = make_datamodule()
+
+    def write(width: int, weights_width: int | None = None, **extra: object) -> Path:
+        def hparams(w: int) -> dict:
+            backbone = {
+                "class_path": "{{ cookiecutter.package_name }}.backbones.SmallCNN",
+                "init_args": {"width": w},
+            }
+            return {
+                "num_classes": datamodule.num_classes,
+                "input_shape": datamodule.input_shape,
+                "backbone": backbone,
+            }
+
+        weights = load_model_from(hparams(weights_width or width)).state_dict()
+        path = tmp_path / f"width{width}.ckpt"
+        torch.save(
+            {
+                "state_dict": weights,
+                "hyper_parameters": hparams(width),
+                "DataModule": datamodule.state_dict(),
+                **extra,
+            },
+            path,
+        )
+        return path
+
+    return write
+
+
+def load_model_from(hparams: dict) -> ImageClassifier:
+    from lightning.pytorch.cli import instantiate_module
+
+    return instantiate_module(ImageClassifier, hparams)
+
+
+def test_a_plain_checkpoint_loads(checkpoint_file: Callable) -> None:
+    classifier = load_classifier(checkpoint_file(8))
+    assert classifier.network.backbone.head[1].in_features == 32
+
+
+def test_checkpoint_with_a_pickled_object_is_refused(checkpoint_file: Callable) -> None:
+    path = checkpoint_file(8, extra=NotData())
+    with pytest.raises(ConfigError, match=rf"{path} was refused: it holds a pickled Python object"):
+        load_checkpoint(path)
+    with pytest.raises(SystemExit, match=r"^error: .*width8.ckpt was refused"):
+        predict(["--model", str(path), str(path)])
+
+
+def test_truncated_checkpoint_gives_one_line_naming_it(checkpoint_file: Callable) -> None:
+    path = checkpoint_file(8)
+    path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(ConfigError, match=rf"^{path} is truncated or not a torch file") as error:
+        load_model(path)
+    assert "\n" not in str(error.value)
+
+
+def test_checkpoint_of_another_architecture_names_the_mismatch(
+    checkpoint_file: Callable,
+) -> None:
+    path = checkpoint_file(8, weights_width=16)
+    with pytest.raises(
+        ConfigError,
+        match=r"does not fit this architecture: .*backbone.features.0.0.weight has shape "
+        r"\(16, \d+, 3, 3\), the model \(8, \d+, 3, 3\)",
+    ):
+        load_model(path)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(train: Callable, tmp_path: Path) -> Iterator[str]:
+    """serve.py on an ONNX export, in its own process group on a free loopback port."""
+    train(*ONE_EPOCH)
+    (artifact,) = export(["--ckpt_path", "best", "--format", "onnx"])
+    url = f"http://127.0.0.1:{free_port()}"
+    command = [sys.executable, str(PROJECT / "serve.py"), "--model", str(artifact),
+               "--port", url.rsplit(":", 1)[1], "--max_megabytes", "0.1"]  # fmt: skip
+    log = (tmp_path / "server.log").open("w")
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not healthy(url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"serve.py did not start:\n{(tmp_path / 'server.log').read_text()}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def post(url: str, body: bytes) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        f"{url}/predict", data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def image_request(path: Path) -> bytes:
+    return json.dumps({"image": base64.b64encode(path.read_bytes()).decode()}).encode()
+
+
+def test_server_answers_images_and_rejects_bad_requests(server: str, tmp_path: Path) -> None:
+    files = write_images(tmp_path / "images")
+    status, answer = post(server, image_request(files[0]))
+    assert status == 200
+    assert answer["class"] in answer["probabilities"]
+    assert sum(answer["probabilities"].values()) == pytest.approx(1, abs=1e-4)
+    assert answer["probability"] == max(answer["probabilities"].values())
+    artifact = next(Path("runs").rglob("export/*.onnx"))
+    assert answer["class"] == load_classifier(artifact).class_names[
+        int(load_classifier(artifact).probabilities(
+            load_classifier(artifact).read_image(files[0]).unsqueeze(0)).argmax())
+    ]  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        answers = list(pool.map(lambda f: post(server, image_request(f)), files[:3] * 2))
+    assert [status for status, _ in answers] == [200] * 6
+    assert [a["class"] for _, a in answers[:3]] == [a["class"] for _, a in answers[3:]]
+
+    assert post(server, b"this is not JSON")[0] == 422
+    assert post(server, json.dumps({"picture": "x"}).encode())[0] == 422
+    status, answer = post(server, json.dumps({"image": "not base64!"}).encode())
+    assert (status, answer["detail"]) == (
+        400,
+        "'image' is not base64; send the bytes of an image file",
+    )
+    status, answer = post(server, image_request(files[-1]))
+    assert status == 415 and "could not be decoded" in answer["detail"]
+    big = json.dumps({"image": base64.b64encode(bytes(200_000)).decode()}).encode()
+    assert post(server, big) == (413, {"detail": "Payload too large"})
+    assert healthy(server)
