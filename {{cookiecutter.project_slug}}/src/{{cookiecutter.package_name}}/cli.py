@@ -11,9 +11,11 @@ import logging
 import sys
 import warnings
 from argparse import SUPPRESS
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
@@ -147,8 +149,11 @@ def quiet_known_noise() -> None:
     )
 
 
-def main(args: list[str] | None = None) -> dict[str, float]:
-    """Fit, then test the best checkpoint; return the test metrics."""
+def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> dict[str, float]:
+    """Fit, then test the best checkpoint; return the test metrics.
+
+    `callbacks` join the run without entering its saved config (the sweep's pruning callback).
+    """
     quiet_known_noise()
     try:
         cli = TrainCLI(
@@ -159,7 +164,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             seed_everything_default=42,
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
-            trainer_defaults={"callbacks": [BatchSizeReport()]},
+            trainer_defaults={"callbacks": [BatchSizeReport(), *callbacks]},
             auto_configure_optimizers=False,
         )
     except ConfigError as error:
