@@ -30,7 +30,7 @@ from optuna.distributions import (
 )
 from optuna.pruners import BasePruner, MedianPruner
 from optuna.samplers import BaseSampler, TPESampler
-from optuna.storages import RDBStorage, RetryFailedTrialCallback
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, Trial, TrialState
 from optuna_integration import PyTorchLightningPruningCallback
 
@@ -76,7 +76,7 @@ class Sweep:
             self.url,
             heartbeat_interval=HEARTBEAT_S,
             grace_period=GRACE_S,
-            failed_trial_callback=RetryFailedTrialCallback(max_retry=1),
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
         )
 
 
@@ -319,8 +319,10 @@ def stop(signum: int, frame: FrameType | None) -> None:
 
 def run(argv: list[str] | None = None) -> None:
     """Run the study until it has --n_trials finished trials, then report the best."""
-    # The sweep passes each trial's flags to LightningCLI while its own are in sys.argv.
+    # The sweep passes each trial's flags to LightningCLI while its own are in sys.argv; it
+    # relies on Optuna's heartbeats and plots, marked experimental since Optuna 2.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter", category=UserWarning)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     try:
         sweep = parse(sys.argv[1:] if argv is None else argv)
         if TRIAL_ENV in os.environ:
@@ -353,7 +355,7 @@ def run(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         interrupted = study.get_trials(deepcopy=False)[-1]
         if interrupted.state == TrialState.FAIL:
-            RetryFailedTrialCallback(max_retry=1)(study, interrupted)
+            RetryHeartbeatStaleTrialCallback(max_retry=1)(study, interrupted)
         sys.exit(
             f"Stopped. Trial {interrupted.number} is recorded as failed and runs again first "
             "when the same command continues the study."
@@ -398,17 +400,15 @@ def save_plots(study: optuna.Study, folder: Path, complete: list[FrozenTrial]) -
     import matplotlib.pyplot as plt
     from optuna.visualization import matplotlib as plots
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        figures = {"history.png": plots.plot_optimization_history(study).figure}
-        varied = any(len({repr(t.params.get(k)) for t in complete}) > 1 for k in study.best_params)
-        if len(complete) >= 2 and varied:
-            figures["importances.png"] = plots.plot_param_importances(study).figure
-        else:
-            print(
-                "Parameter importances need two completed trials with different "
-                "parameter values: importances.png not written yet."
-            )
+    figures = {"history.png": plots.plot_optimization_history(study).figure}
+    varied = any(len({repr(t.params.get(k)) for t in complete}) > 1 for k in study.best_params)
+    if len(complete) >= 2 and varied:
+        figures["importances.png"] = plots.plot_param_importances(study).figure
+    else:
+        print(
+            "Parameter importances need two completed trials with different "
+            "parameter values: importances.png not written yet."
+        )
     for name, figure in figures.items():
         figure.savefig(folder / name, dpi=120, bbox_inches="tight")
         plt.close(figure)
