@@ -1,6 +1,9 @@
 """sweep.py: an Optuna study of train.py runs that survives crashes and continues after a stop."""
 
 import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,6 +52,24 @@ def run_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data_args: list[s
         ["--config", write(tmp_path / "space.yaml", space), *TRIAL_FLAGS, *data_args, *args]
     )
     signal.signal(signal.SIGINT, sigint)
+
+
+@pytest.fixture
+def sweep_command(tmp_path: Path, data_args: list[str]) -> list[str]:
+    """sweep.py in a subprocess in tmp_path, on the test data, with the SPACE search space."""
+    script = tmp_path / "sweep_offline.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import fake_data\n"
+        "from {{ cookiecutter.package_name }}.sweep import run\n"
+        "# The tiny CIFAR-10 files need trusting, in every process a DDP trial starts too.\n"
+        "getattr(fake_data, 'trust_local_files', lambda: None)()\n"
+        "if __name__ == '__main__':\n"
+        "    run()\n"
+    )
+    space = write(tmp_path / "space.yaml", SPACE)
+    return [sys.executable, str(script), "--config", space, *TRIAL_FLAGS, *data_args]
 
 
 def write(path: Path, text: str) -> str:
@@ -180,3 +201,56 @@ def test_a_bad_search_space_stops_in_one_line_before_any_trial(
         run_sweep(space)
     assert message in str(exit_info.value) and "\n" not in str(exit_info.value)
     assert not Path("runs").exists()
+
+
+def test_a_bad_train_flag_stops_in_one_line_before_any_trial(run_sweep: Callable) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_sweep(SPACE, "--model.lable_smoothing", "0.1")
+    assert "lable_smoothing" in str(exit_info.value) and "\n" not in str(exit_info.value)
+    assert not Path("runs").exists()
+
+
+@pytest.mark.slow
+def test_ddp_trials_run_one_after_another(
+    sweep_command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = subprocess.run(
+        [*sweep_command, "--devices", "2", "--strategy", "ddp", "--n_trials", "2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    study = tmp_path / STUDY
+    monkeypatch.chdir(tmp_path)
+    # The other process of each trial joined it and started none of its own.
+    assert [t.state for t in trials()] == [TrialState.COMPLETE] * 2
+    assert sorted(p.name for p in study.glob("trial_*/version_*")) == ["version_0"] * 2
+    config = yaml.safe_load((study / "trial_001/version_0/config.yaml").read_text())
+    assert int(config["trainer"]["devices"]) == 2
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_sweep_and_the_same_command_continues(
+    sweep_command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as stderr:
+        # Long trials, so that the signal arrives while the first one runs.
+        process = subprocess.Popen(
+            [*sweep_command, "--max_epochs", "100", "--n_trials", "2"], cwd=tmp_path, stderr=stderr
+        )
+        while not (tmp_path / STUDY / "trial_000").exists() and process.poll() is None:
+            time.sleep(0.5)
+        process.terminate()
+        assert process.wait(timeout=120) != 0
+    assert "Trial 0 is recorded as failed" in log.read_text()
+    monkeypatch.chdir(tmp_path)
+    first = trials()
+    assert [t.state for t in first] == [TrialState.FAIL, TrialState.WAITING]
+
+    sweep.run([*sweep_command[2:], "--n_trials", "2"])
+    again = trials()
+    assert [t.state for t in again] == [TrialState.FAIL] + [TrialState.COMPLETE] * 2
+    assert again[1].params == first[0].params

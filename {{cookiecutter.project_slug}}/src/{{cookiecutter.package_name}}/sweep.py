@@ -164,8 +164,7 @@ def read_space(path: Path) -> Any:
     try:
         return parser.instantiate(parser.parse_path(path, defaults=True))
     except Exception as error:
-        message = " ".join(line.strip() for line in str(error).splitlines())
-        raise ConfigError(f"{path}: {message} (keys: {', '.join(SPACE_KEYS)})") from error
+        raise ConfigError(f"{path}: {one_line(error)} (keys: {', '.join(SPACE_KEYS)})") from error
 
 
 def distribution(key: str, spec: dict[str, Any]) -> BaseDistribution:
@@ -191,26 +190,33 @@ def distribution(key: str, spec: dict[str, Any]) -> BaseDistribution:
 
 def check_train_args(sweep: Sweep) -> None:
     """Parse the train.py flags with each value of each parameter, before any trial runs."""
-    cli = ParseOnly(
-        ImageClassifier,
-        DataModule,
-        args=sweep.train_args,
-        run=False,
-        parser_kwargs={"exit_on_error": False},
-        seed_everything_default=False,
-        save_config_callback=SaveRunConfig,
-        auto_configure_optimizers=False,
-    )
+    try:
+        cli = ParseOnly(
+            ImageClassifier,
+            DataModule,
+            args=sweep.train_args,
+            run=False,
+            parser_kwargs={"exit_on_error": False},
+            seed_everything_default=False,
+            save_config_callback=SaveRunConfig,
+            auto_configure_optimizers=False,
+        )
+    except Exception as error:
+        raise ConfigError(f"train.py flags: {one_line(error)}") from error
     for key, dist in sweep.space.items():
         categorical = isinstance(dist, CategoricalDistribution)
         for value in dist.choices if categorical else (dist.low, dist.high):
             try:
                 cli.parser.parse_args([*sweep.train_args, *flags({key: value})])
             except Exception as error:
-                message = " ".join(line.strip() for line in str(error).splitlines())
                 raise ConfigError(
-                    f"params.{key} = {value!r} is not a train.py option: {message}"
+                    f"params.{key} = {value!r} is not a train.py option: {one_line(error)}"
                 ) from error
+
+
+def one_line(error: Exception) -> str:
+    """jsonargparse's message, which spans several lines, on one."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
 class ParseOnly(TrainCLI):
