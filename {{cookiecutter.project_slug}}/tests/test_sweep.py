@@ -146,6 +146,10 @@ def test_report_best_config_and_plots(run_sweep: Callable, capsys: pytest.Captur
         image = imread(STUDY / name)
         assert image.ndim == 3 and min(image.shape[:2]) > 100
 
+    with pytest.raises(SystemExit) as exit_info:  # the same study, another goal
+        run_sweep(SPACE + "metric: val/loss\ndirection: minimize\n")
+    assert "is to maximize val/acc, not to minimize val/loss" in str(exit_info.value)
+
 
 def test_importances_wait_for_two_different_completed_trials(
     run_sweep: Callable, capsys: pytest.CaptureFixture
