@@ -4,7 +4,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import lightning as L
@@ -44,7 +44,9 @@ params:
 
 
 @pytest.fixture
-def run_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data_args: list[str]) -> Callable:
+def run_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data_args: list[str]
+) -> Iterator[Callable[..., None]]:
     """Run sweep.py in-process in tmp_path with a search space given as YAML text."""
     monkeypatch.chdir(tmp_path)
     sigint = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C after an interrupt

@@ -162,7 +162,7 @@ def distribution(key: str, spec: dict[str, Any]) -> BaseDistribution:
 
 
 def check_train_args(sweep: Sweep) -> None:
-    """Parse the train.py flags with each value of each parameter, before any trial runs."""
+    """Parse the train.py flags with each parameter's values, before any trial runs."""
     try:
         cli = ParseOnly(
             ImageClassifier,
@@ -176,15 +176,23 @@ def check_train_args(sweep: Sweep) -> None:
         )
     except Exception as error:
         raise ConfigError(f"train.py flags: {one_line(error)}") from error
+    # Each value with the others at their first: a class choice meets its arguments' keys.
+    first = {key: extremes(dist)[0] for key, dist in sweep.space.items()}
     for key, dist in sweep.space.items():
-        categorical = isinstance(dist, CategoricalDistribution)
-        for value in dist.choices if categorical else (dist.low, dist.high):
+        for value in extremes(dist):
             try:
-                cli.parser.parse_args([*sweep.train_args, *flags({key: value})])
+                cli.parser.parse_args([*sweep.train_args, *flags({**first, key: value})])
             except Exception as error:
                 raise ConfigError(
-                    f"params.{key} = {value!r} is not a train.py option: {one_line(error)}"
+                    f"train.py rejects params.{key} = {value!r}: {one_line(error)}"
                 ) from error
+
+
+def extremes(dist: BaseDistribution) -> tuple[Any, ...]:
+    """Every choice, or both ends of a range."""
+    if isinstance(dist, CategoricalDistribution):
+        return dist.choices
+    return dist.low, dist.high
 
 
 def one_line(error: Exception) -> str:
