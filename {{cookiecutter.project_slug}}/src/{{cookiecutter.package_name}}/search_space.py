@@ -120,9 +120,11 @@ def pop_search_space(argv: list[str]) -> tuple[Path, list[str]]:
 
 
 def is_search_space(path: Path) -> bool:
-    if not path.is_file():
+    """A file train.py's parser will report on (missing, not YAML) is not the search space."""
+    try:
+        content = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
         return False
-    content = yaml.safe_load(path.read_text())
     return isinstance(content, dict) and any(key in content for key in SPACE_KEYS)
 
 
