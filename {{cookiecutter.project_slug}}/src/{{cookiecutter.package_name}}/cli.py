@@ -13,9 +13,11 @@ import signal
 import sys
 import warnings
 from argparse import SUPPRESS
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.plugins.environments import SLURMEnvironment
@@ -183,8 +185,11 @@ def fit(cli: LightningCLI) -> None:
         sys.exit(128 + signal.SIGTERM)
 
 
-def build_cli(args: list[str] | None) -> TrainCLI:
-    """The model, data module and trainer of the command line, not run yet; evaluate uses it too."""
+def build_cli(args: list[str] | None, callbacks: Sequence[Callback] = ()) -> TrainCLI:
+    """The model, data module and trainer of the command line, not run yet; evaluate uses it too.
+
+    `callbacks` join the run without entering its saved config (the sweep's pruning callback).
+    """
     with warnings.catch_warnings():
         # evaluate and export pass a list of their own; sys.argv holds their flags, not these.
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
@@ -197,17 +202,23 @@ def build_cli(args: list[str] | None) -> TrainCLI:
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
             trainer_defaults={
-                "callbacks": [BatchSizeReport(), RngState(), StopOnDivergence(), SaveOnPreemption()]
+                "callbacks": [
+                    BatchSizeReport(),
+                    RngState(),
+                    StopOnDivergence(),
+                    SaveOnPreemption(),
+                    *callbacks,
+                ]
             },
             auto_configure_optimizers=False,
         )
 
 
-def main(args: list[str] | None = None) -> dict[str, float]:
+def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> dict[str, float]:
     """Fit, then test the best checkpoint; return the test metrics."""
     quiet_known_noise()
     try:
-        cli = build_cli(args)
+        cli = build_cli(args, callbacks)
     except ConfigError as error:
         sys.exit(f"error: {error}")
     trainer = cli.trainer

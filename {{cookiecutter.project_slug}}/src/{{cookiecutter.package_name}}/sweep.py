@@ -1,0 +1,245 @@
+"""Hyperparameter search with Optuna: each trial is a train.py run, the study a SQLite file.
+
+python sweep.py --n_trials 20             the search space of configs/sweep/default.yaml
+python sweep.py --config configs/sweep/default.yaml --max_epochs 5    train.py flags: every trial
+python sweep.py --n_trials 20             again: continues the study where it stopped
+"""
+
+import contextlib
+import os
+import signal
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import optuna
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.trial import FrozenTrial, Trial, TrialState
+from optuna_integration import PyTorchLightningPruningCallback
+
+from .cli import main
+from .datamodule import ConfigError
+from .search_space import Sweep, check_train_args, flags, parse
+
+# Lightning's DDP launcher starts the other processes of a trial by running this same
+# command again; this variable tells them which trial to join instead of starting one.
+TRIAL_ENV = "SWEEP_TRIAL_ID"
+# A trial whose process died without a word (kill -9, power cut) is failed, and retried
+# once, when it has sent no heartbeat for GRACE_S seconds.
+HEARTBEAT_S, GRACE_S = 10, 30
+
+
+def run(argv: list[str] | None = None) -> None:
+    """Run the study until it has --n_trials finished trials, then report the best."""
+    # The sweep passes each trial's flags to LightningCLI while its own are in sys.argv; it
+    # relies on Optuna's heartbeats and plots, marked experimental since Optuna 2.
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter", category=UserWarning)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    try:
+        sweep = parse(sys.argv[1:] if argv is None else argv)
+        if TRIAL_ENV in os.environ:
+            return join_trial(sweep)
+        check_train_args(sweep)
+        study = open_study(sweep)
+    except ConfigError as error:
+        sys.exit(f"error: {error}")
+    remaining = sweep.n_trials - finished(study)
+    print(
+        f"Study {sweep.name} in {sweep.folder}: {finished(study)} trial(s) finished, "
+        f"{max(remaining, 0)} to run"
+    )
+    if remaining > 0:
+        optimize(study, sweep, remaining)
+    report(study, sweep)
+
+
+def open_study(sweep: Sweep) -> optuna.Study:
+    """Create the study, or load it and fail the trials of processes that died."""
+    sweep.folder.mkdir(parents=True, exist_ok=True)
+    storage = RDBStorage(
+        sweep.url,
+        heartbeat_interval=HEARTBEAT_S,
+        grace_period=GRACE_S,
+        heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
+    )
+    study = optuna.create_study(
+        study_name=sweep.name,
+        storage=storage,
+        sampler=sweep.sampler,
+        pruner=sweep.pruner,
+        direction=sweep.direction,
+        load_if_exists=True,
+    )
+    # Optuna keeps a loaded study's direction without a word; a changed goal is a new study.
+    goal = f"{sweep.direction} {sweep.metric}"
+    if study.user_attrs.get("goal", goal) != goal:
+        raise ConfigError(
+            f"study {sweep.name} is to {study.user_attrs['goal']}, not to {goal}; "
+            "give --study NAME to start another"
+        )
+    study.set_user_attr("goal", goal)
+    optuna.storages.fail_stale_trials(study)
+    return study
+
+
+def optimize(study: optuna.Study, sweep: Sweep, n_trials: int) -> None:
+    """Run trials one at a time; on Ctrl-C or SIGTERM queue the stopped trial again and exit."""
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        study.optimize(lambda t: objective(t, sweep), n_trials=n_trials, catch=(Exception,))
+    except KeyboardInterrupt:
+        last = study.get_trials(deepcopy=False)[-1]
+        if last.state != TrialState.FAIL:
+            sys.exit("Stopped between two trials; the same command continues the study.")
+        RetryHeartbeatStaleTrialCallback()(study, last)
+        sys.exit(
+            f"Stopped. Trial {last.number} is recorded as failed and runs again first "
+            "when the same command continues the study."
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def objective(trial: Trial, sweep: Sweep) -> float:
+    """The trial's best value of the metric over its validation epochs."""
+    try:
+        pruning = run_trial(trial, sweep)
+    finally:
+        runs = sorted((sweep.folder / f"trial_{trial.number:03d}").glob("version_*"))
+        if runs:
+            trial.set_user_attr("run_folder", str(runs[-1]))
+    with warnings.catch_warnings():
+        # Under DDP the values come back from every process's record; some are known already.
+        warnings.filterwarnings("ignore", message="The reported value is ignored")
+        pruning.check_pruned()
+    (frozen,) = [t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number]
+    values = list(frozen.intermediate_values.values())
+    if not values:
+        trial.study.stop()  # every trial would miss it
+        raise RuntimeError(f"the trial never logged {sweep.metric!r}, the search space's metric")
+    return max(values) if sweep.direction == "maximize" else min(values)
+
+
+def suggest(trial: Trial, key: str, dist: BaseDistribution) -> Any:
+    if isinstance(dist, CategoricalDistribution):
+        return trial.suggest_categorical(key, dist.choices)
+    if isinstance(dist, IntDistribution):
+        return trial.suggest_int(key, dist.low, dist.high, step=dist.step, log=dist.log)
+    return trial.suggest_float(key, dist.low, dist.high, step=dist.step, log=dist.log)
+
+
+def run_trial(trial: Trial, sweep: Sweep) -> PyTorchLightningPruningCallback:
+    """Train with this trial's values into runs/sweeps/<study>/trial_<N>/; return the pruner."""
+    values = {key: suggest(trial, key, dist) for key, dist in sweep.space.items()}
+    args = [
+        *sweep.train_args,
+        "--trainer.logger.init_args.save_dir", str(sweep.folder),
+        "--trainer.logger.init_args.name", f"trial_{trial.number:03d}",
+        # The kept checkpoint, and the one tested, is the best by the sweep's metric.
+        "--checkpoint.monitor", sweep.metric,
+        "--checkpoint.mode", "max" if sweep.direction == "maximize" else "min",
+        *flags(values),
+    ]  # fmt: skip
+    pruning = PyTorchLightningPruningCallback(trial, monitor=sweep.metric)
+    with trial_environment(trial):
+        try:
+            main(args, callbacks=[pruning])
+        except SystemExit as stop:
+            # Optuna records exceptions only: a stop goes on as one, any other exit fails.
+            if stopped_by_user(stop):
+                raise KeyboardInterrupt from stop
+            raise RuntimeError(f"train.py stopped: {stop.code}") from stop
+    return pruning
+
+
+def stopped_by_user(stop: SystemExit) -> bool:
+    """Lightning ends fit with SystemExit on Ctrl-C (after a KeyboardInterrupt) and SIGTERM."""
+    return isinstance(stop, SIGTERMException) or isinstance(stop.__context__, KeyboardInterrupt)
+
+
+@contextlib.contextmanager
+def trial_environment(trial: Trial) -> Iterator[None]:
+    """Name the trial for the processes a DDP run starts; undo what the launcher sets.
+
+    Lightning's launcher leaves MASTER_PORT, LOCAL_RANK, ... in this process's environment,
+    which would make the next trial wait for processes nobody starts.
+    """
+    saved = dict(os.environ)
+    os.environ[TRIAL_ENV] = str(trial._trial_id)  # Optuna's Trial(study, id) takes this id
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def join_trial(sweep: Sweep) -> None:
+    """Run as one more process of the DDP trial that started this process."""
+    study = optuna.load_study(study_name=sweep.name, storage=sweep.url)
+    run_trial(Trial(study, int(os.environ[TRIAL_ENV])), sweep)
+
+
+def finished(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+
+
+def stop(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM (kill) stops the sweep the way Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
+def report(study: optuna.Study, sweep: Sweep) -> None:
+    """Print the best trial; write best.yaml and the plots into the study folder."""
+    counts = {state.name.lower(): 0 for state in TrialState}
+    for trial in study.get_trials(deepcopy=False):
+        counts[trial.state.name.lower()] += 1
+    print("Trials: " + ", ".join(f"{n} {state}" for state, n in counts.items() if n))
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not complete:
+        print("No trial has completed yet: no best config and no plots.")
+        return
+    best = study.best_trial
+    print(f"Best trial: {best.number} with {sweep.metric} = {best.value:.4f}")
+    for key, value in best.params.items():
+        print(f"  --{key} {value}")
+    write_best_config(best, sweep)
+    save_plots(study, sweep.folder, complete)
+
+
+def write_best_config(best: FrozenTrial, sweep: Sweep) -> None:
+    config = Path(best.user_attrs["run_folder"]) / "config.yaml"
+    path = sweep.folder / "best.yaml"
+    path.write_text(
+        f"# Trial {best.number} of study {sweep.name}: {sweep.metric} = {best.value:.4f}\n"
+        f"# python train.py --config {path}   (add --max_epochs N to train longer)\n"
+        + config.read_text()
+    )
+    print(f"Best config: {path}")
+
+
+def save_plots(study: optuna.Study, folder: Path, complete: list[FrozenTrial]) -> None:
+    """history.png, and importances.png when completed trials differ in their parameters."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no window
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as plots
+
+    figures = {"history.png": plots.plot_optimization_history(study).figure}
+    varied = any(len({repr(t.params.get(k)) for t in complete}) > 1 for k in study.best_params)
+    if len(complete) >= 2 and varied:
+        figures["importances.png"] = plots.plot_param_importances(study).figure
+    else:
+        print(
+            "Parameter importances need two completed trials with different "
+            "parameter values: importances.png not written yet."
+        )
+    for name, figure in figures.items():
+        figure.savefig(folder / name, dpi=120, bbox_inches="tight")
+        plt.close(figure)
+    print(f"Plots: {', '.join(str(folder / name) for name in figures)}")

@@ -1,0 +1,262 @@
+"""sweep.py: an Optuna study of train.py runs that survives crashes and continues after a stop."""
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import lightning as L
+import optuna
+import pytest
+import yaml
+from matplotlib.image import imread
+from optuna.trial import TrialState
+
+from {{ cookiecutter.package_name }} import sweep
+from {{ cookiecutter.package_name }}.cli import main
+
+STUDY = Path("runs/sweeps/space")
+
+# Each trial: two short epochs on a few batches, one process, quiet.
+TRIAL_FLAGS = [
+    "--accelerator", "cpu",
+    "--devices", "1",
+    "--max_epochs", "2",
+    "--data.num_workers", "0",
+    "--trainer.limit_train_batches", "3",
+    "--trainer.limit_val_batches", "2",
+    "--trainer.limit_test_batches", "1",
+    "--trainer.log_every_n_steps", "1",
+    "--trainer.enable_progress_bar", "false",
+    "--trainer.enable_model_summary", "false",
+]  # fmt: skip
+
+SPACE = """
+sampler:
+  class_path: optuna.samplers.RandomSampler
+  init_args: {seed: 0}
+params:
+  model.optimizer.lr: {low: 1.0e-4, high: 1.0e-1, log: true}
+  data.batch_size: {choices: [8, 16]}
+"""
+
+
+@pytest.fixture
+def run_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data_args: list[str]
+) -> Iterator[Callable[..., None]]:
+    """Run sweep.py in-process in tmp_path with a search space given as YAML text."""
+    monkeypatch.chdir(tmp_path)
+    sigint = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C after an interrupt
+    yield lambda space, *args: sweep.run(
+        ["--config", write(tmp_path / "space.yaml", space), *TRIAL_FLAGS, *data_args, *args]
+    )
+    signal.signal(signal.SIGINT, sigint)
+
+
+@pytest.fixture
+def sweep_command(tmp_path: Path, data_args: list[str]) -> list[str]:
+    """sweep.py in a subprocess in tmp_path, on the test data, with the SPACE search space."""
+    script = tmp_path / "sweep_offline.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import fake_data\n"
+        "from {{ cookiecutter.package_name }}.sweep import run\n"
+        "# The tiny CIFAR-10 files need trusting, in every process a DDP trial starts too.\n"
+        "getattr(fake_data, 'trust_local_files', lambda: None)()\n"
+        "if __name__ == '__main__':\n"
+        "    run()\n"
+    )
+    space = write(tmp_path / "space.yaml", SPACE)
+    return [sys.executable, str(script), "--config", space, *TRIAL_FLAGS, *data_args]
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def trials() -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name="space", storage=f"sqlite:///{STUDY}/study.db").trials
+
+
+def saved_values(config: dict) -> dict[str, object]:
+    """The two searched values as a saved train.py config holds them."""
+    return {
+        "model.optimizer.lr": config["model"]["optimizer"]["init_args"]["lr"],
+        "data.batch_size": config["data"]["batch_size"],
+    }
+
+
+class RaiseInTrial(L.Callback):
+    """Raises `error` during the first training step of one trial."""
+
+    def __init__(self, trial: int, error: BaseException) -> None:
+        self.folder = f"trial_{trial:03d}"
+        self.error = error
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        if self.folder in trainer.log_dir:
+            raise self.error
+
+
+def raise_in_trial(monkeypatch: pytest.MonkeyPatch, trial: int, error: BaseException) -> None:
+    """Make every run of the sweep carry a RaiseInTrial callback."""
+    monkeypatch.setattr(
+        sweep, "main", lambda args, callbacks: main(args, [*callbacks, RaiseInTrial(trial, error)])
+    )
+
+
+def test_a_stopped_sweep_continues_where_it_stopped(
+    run_sweep: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raise_in_trial(monkeypatch, 1, KeyboardInterrupt())  # Ctrl-C
+    with pytest.raises(SystemExit) as exit_info:
+        run_sweep(SPACE, "--n_trials", "3")
+    assert "Trial 1 is recorded as failed" in str(exit_info.value)
+    first = trials()
+    assert [t.state for t in first] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING]
+
+    monkeypatch.setattr(sweep, "main", main)
+    run_sweep(SPACE, "--n_trials", "3")
+    again = trials()
+    assert [t.state for t in again] == [TrialState.COMPLETE, TrialState.FAIL] + [
+        TrialState.COMPLETE
+    ] * 2
+    assert (again[0].params, again[0].value) == (first[0].params, first[0].value)
+    assert again[2].params == first[1].params  # the interrupted trial ran again first
+
+
+def test_report_best_config_and_plots(run_sweep: Callable, capsys: pytest.CaptureFixture) -> None:
+    run_sweep(SPACE, "--n_trials", "2")
+    done = trials()
+    assert [t.state for t in done] == [TrialState.COMPLETE] * 2
+    for trial in done:
+        config = yaml.safe_load((Path(trial.user_attrs["run_folder"]) / "config.yaml").read_text())
+        assert saved_values(config) == trial.params
+    best = max(done, key=lambda t: t.value)
+    out = capsys.readouterr().out
+    assert f"Best trial: {best.number} with val/acc = {best.value:.4f}" in out
+
+    main(["--config", str(STUDY / "best.yaml")])  # what the printed command runs
+    rerun = Path(best.user_attrs["run_folder"]).with_name("version_1")
+    assert saved_values(yaml.safe_load((rerun / "config.yaml").read_text())) == best.params
+    for name in ("history.png", "importances.png"):
+        image = imread(STUDY / name)
+        assert image.ndim == 3 and min(image.shape[:2]) > 100
+
+    with pytest.raises(SystemExit) as exit_info:  # the same study, another goal
+        run_sweep(SPACE + "metric: val/loss\ndirection: minimize\n")
+    assert "is to maximize val/acc, not to minimize val/loss" in str(exit_info.value)
+
+
+def test_importances_wait_for_two_different_completed_trials(
+    run_sweep: Callable, capsys: pytest.CaptureFixture
+) -> None:
+    run_sweep(SPACE, "--n_trials", "1")
+    assert "importances.png not written yet" in capsys.readouterr().out
+    assert (STUDY / "history.png").is_file() and not (STUDY / "importances.png").exists()
+
+
+def test_a_crashing_trial_is_recorded_as_failed_and_the_study_goes_on(
+    run_sweep: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raise_in_trial(monkeypatch, 1, RuntimeError("CUDA out of memory"))
+    run_sweep(SPACE, "--n_trials", "3")
+    assert [t.state for t in trials()] == [
+        TrialState.COMPLETE,
+        TrialState.FAIL,
+        TrialState.COMPLETE,
+    ]
+
+
+def test_a_trial_that_train_py_rejects_is_recorded_as_failed(run_sweep: Callable) -> None:
+    # A batch size of 0 passes the type check before the sweep and stops train.py at once.
+    run_sweep(SPACE.replace("choices: [8, 16]", "choices: [0]"), "--n_trials", "1")
+    (trial,) = trials()
+    assert trial.state == TrialState.FAIL
+
+
+def test_unpromising_trials_are_pruned(run_sweep: Callable) -> None:
+    # Every val/acc is below 1.1: the pruner stops the trial after its first validation.
+    pruner = "pruner:\n  class_path: optuna.pruners.ThresholdPruner\n  init_args: {lower: 1.1}\n"
+    run_sweep(SPACE + pruner, "--n_trials", "1")
+    (trial,) = trials()
+    assert trial.state == TrialState.PRUNED
+    assert list(trial.intermediate_values) == [0]
+
+
+@pytest.mark.parametrize(
+    ("space", "message"),
+    [
+        (SPACE + "metrc: val/loss\n", "metrc"),
+        (SPACE.replace("model.optimizer.lr", "model.optimizer.lrr"), "params.model.optimizer.lrr"),
+        (SPACE.replace("low: 1.0e-4", "lo: 1.0e-4"), "params.model.optimizer.lr must be {low"),
+        (SPACE.replace("high: 1.0e-1", "high: -1.0"), "params.model.optimizer.lr"),
+        (SPACE.replace("choices: [8, 16]", "choices: [8, eight]"), "params.data.batch_size"),
+    ],
+    ids=["unknown key", "unknown flag", "malformed range", "empty range", "wrong type"],
+)
+def test_a_bad_search_space_stops_in_one_line_before_any_trial(
+    run_sweep: Callable, space: str, message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_sweep(space)
+    assert message in str(exit_info.value) and "\n" not in str(exit_info.value)
+    assert not Path("runs").exists()
+
+
+def test_a_bad_train_flag_stops_in_one_line_before_any_trial(run_sweep: Callable) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_sweep(SPACE, "--model.lable_smoothing", "0.1")
+    assert "lable_smoothing" in str(exit_info.value) and "\n" not in str(exit_info.value)
+    assert not Path("runs").exists()
+
+
+@pytest.mark.slow
+def test_ddp_trials_run_one_after_another(
+    sweep_command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = subprocess.run(
+        [*sweep_command, "--devices", "2", "--strategy", "ddp", "--n_trials", "2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    study = tmp_path / STUDY
+    monkeypatch.chdir(tmp_path)
+    # The other process of each trial joined it and started none of its own.
+    assert [t.state for t in trials()] == [TrialState.COMPLETE] * 2
+    assert sorted(p.name for p in study.glob("trial_*/version_*")) == ["version_0"] * 2
+    config = yaml.safe_load((study / "trial_001/version_0/config.yaml").read_text())
+    assert int(config["trainer"]["devices"]) == 2
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_sweep_and_the_same_command_continues(
+    sweep_command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as stderr:
+        # Long trials, so that the signal arrives while the first one runs.
+        process = subprocess.Popen(
+            [*sweep_command, "--max_epochs", "100", "--n_trials", "2"], cwd=tmp_path, stderr=stderr
+        )
+        while not (tmp_path / STUDY / "trial_000").exists() and process.poll() is None:
+            time.sleep(0.5)
+        process.terminate()
+        assert process.wait(timeout=120) != 0
+    assert "Trial 0 is recorded as failed" in log.read_text()
+    monkeypatch.chdir(tmp_path)
+    first = trials()
+    assert [t.state for t in first] == [TrialState.FAIL, TrialState.WAITING]
+
+    sweep.run([*sweep_command[2:], "--n_trials", "2"])
+    again = trials()
+    assert [t.state for t in again] == [TrialState.FAIL] + [TrialState.COMPLETE] * 2
+    assert again[1].params == first[0].params
