@@ -54,4 +54,3 @@ class KillDuringCheckpointWrite(L.Callback):
             return 0
 
         LocalFileOpener.write = write_half_then_die
-

@@ -25,7 +25,9 @@ def run(command: list[str], cwd: Path, timeout: int = 300) -> subprocess.Complet
     """Run a training subprocess that can import the callbacks in tests/interrupt.py."""
     path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def with_callback(callback: str, **init_args: object) -> list[str]:
