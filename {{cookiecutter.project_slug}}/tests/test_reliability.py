@@ -114,3 +114,77 @@ def test_a_new_run_never_overwrites_an_old_one(train: Callable) -> None:
     for version, metrics in (("version_0", first), ("version_1", second)):
         saved = json.loads((RUN / version / "test_metrics.json").read_text())
         assert saved["test/acc"] == pytest.approx(metrics["test/acc"])
+
+
+def refusal(train: Callable, *args: str) -> str:
+    """The one-line message a run with these arguments exits with."""
+    with pytest.raises(SystemExit) as stop:
+        train(*args)
+    message = str(stop.value.code)
+    assert message.startswith("error: ") and "\n" not in message, message
+    return message
+
+
+def test_bad_data_is_refused_by_name_before_anything_is_written(
+    train: Callable, bad_data: dict[str, tuple[list[str], str]]
+) -> None:
+    for case, (args, expected) in bad_data.items():
+        assert expected in refusal(train, *args), case
+    assert not Path("runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--model.lable_smoothing", "0.1"], "lable_smoothing"),
+        (["--data.batch_size", "eight"], "data.batch_size"),
+        (["--data.batch_size", "0"], "data.batch_size must be a positive integer, got 0"),
+        (["--data.batch_size", "-4"], "data.batch_size must be a positive integer, got -4"),
+        (["--devices", "4096"], "--devices 4096 is more than the"),
+        (["--max_epochs", "-5"], "max_epochs"),
+        (["--ckpt_path", "no/such.ckpt"], "is not a file"),
+    ],
+    ids=["misspelled", "wrong type", "zero batch", "negative batch", "devices", "epochs", "path"],
+)
+def test_bad_flags_are_refused_on_one_line(train: Callable, args: list[str], expected: str) -> None:
+    assert expected in refusal(train, *args)
+    assert not Path("runs").exists()
+
+
+def test_a_gpu_that_is_not_there_is_refused(
+    train: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "torch sees no CUDA GPU" in refusal(train, "--accelerator", "gpu")
+
+
+class Payload:
+    """Stands for any object whose unpickling would run code."""
+
+
+@pytest.fixture
+def checkpoint(train: Callable) -> Path:
+    train("--max_epochs", "1")
+    return RUN / "version_0" / "checkpoints" / "last.ckpt"
+
+
+def test_unsafe_damaged_or_foreign_checkpoints_are_refused(
+    train: Callable, checkpoint: Path, tmp_path: Path
+) -> None:
+    content = torch.load(checkpoint, weights_only=True)
+    pickled = tmp_path / "pickled.ckpt"
+    torch.save({**content, "extra": Payload()}, pickled)
+    truncated = tmp_path / "truncated.ckpt"
+    truncated.write_bytes(checkpoint.read_bytes()[:1000])
+    foreign = tmp_path / "foreign.ckpt"
+    state = {f"backbone.{key}": value for key, value in torch.nn.Linear(3, 2).state_dict().items()}
+    torch.save({**content, "state_dict": state}, foreign)
+    weights = tmp_path / "weights.pt"
+    torch.save(content["state_dict"], weights)
+
+    assert "holds a pickled Python object" in refusal(train, "--ckpt_path", str(pickled))
+    assert "truncated.ckpt is truncated" in refusal(train, "--ckpt_path", str(truncated))
+    message = refusal(train, "--ckpt_path", str(foreign))
+    assert "does not fit this architecture" in message and "backbone.weight" in message
+    assert "not a Lightning training checkpoint" in refusal(train, "--ckpt_path", str(weights))
+    assert sorted(p.name for p in RUN.iterdir()) == ["version_0"]  # nothing new was started

@@ -15,15 +15,17 @@ import warnings
 from argparse import SUPPRESS
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.plugins.environments import SLURMEnvironment
-from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from .callbacks import BatchSizeReport
+from .checkpoint import load_checkpoint, load_weights
 from .data import DataModule
 from .datamodule import ConfigError
 from .guards import DivergedError, RngState, SaveOnPreemption, StopOnDivergence
@@ -93,6 +95,7 @@ class TrainCLI(LightningCLI):
         )
 
     def before_instantiate_classes(self) -> None:
+        check_devices(self.config.trainer.accelerator, self.config.trainer.devices)
         ckpt_path = self.config.ckpt_path
         if ckpt_path is None:
             return
@@ -118,6 +121,35 @@ class TrainCLI(LightningCLI):
             logger.init_args.save_dir = str(run.parent.parent)
             logger.init_args.name = run.parent.name
             logger.init_args.version = run.name
+
+
+class OneLineErrors(LightningArgumentParser):
+    """Reports a bad flag, key or value on one line instead of the whole usage text."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error:  # jsonargparse is trying alternatives; let it go on
+            super().error(message, ex)
+        sys.exit(f"error: {' '.join(message.split())} (python train.py --help lists the options)")
+
+
+def check_devices(accelerator: object, devices: object) -> None:
+    """Refuse an accelerator or a device count this machine does not have, before any work."""
+    name = str(getattr(accelerator, "class_path", accelerator)).lower()
+    if name in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"--accelerator {name}: torch sees no CUDA GPU here; use --accelerator cpu "
+            "(or auto), or install a torch build that matches the GPU driver"
+        )
+    if name not in ("auto", "cpu", "gpu", "cuda"):
+        return  # other accelerators (mps, tpu, ...) check their own devices
+    on_gpu = name != "cpu" and torch.cuda.is_available()
+    available = torch.cuda.device_count() if on_gpu else os.cpu_count() or 1
+    wanted = len(devices) if isinstance(devices, list) else devices
+    if isinstance(wanted, str) and wanted.isdigit():
+        wanted = int(wanted)
+    if isinstance(wanted, int) and wanted > available:
+        what = "GPUs torch sees" if on_gpu else "CPUs this machine has"
+        raise ConfigError(f"--devices {devices} is more than the {available} {what}")
 
 
 class SaveRunConfig(SaveConfigCallback):
@@ -172,6 +204,8 @@ def fit(cli: LightningCLI) -> None:
     trainer = cli.trainer
     try:
         trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
+    except ConfigError as error:  # found while reading the data
+        sys.exit(f"error: {error}")
     except DivergedError as error:
         saved = [Path(c.best_model_path) for c in trainer.checkpoint_callbacks if c.best_model_path]
         newest = max(saved, key=lambda p: p.stat().st_mtime, default=None)
@@ -183,6 +217,14 @@ def fit(cli: LightningCLI) -> None:
             print(f"Stopped by a signal at step {trainer.global_step}; saved {saved}.")
             print("Resume with: python train.py --ckpt_path last (plus the same options)")
         sys.exit(128 + signal.SIGTERM)
+
+
+def check_resumable(model: torch.nn.Module, path: Path) -> None:
+    """Refuse a checkpoint that is unsafe, damaged or of another architecture, before training."""
+    checkpoint = load_checkpoint(path)
+    if "state_dict" not in checkpoint or "loops" not in checkpoint:
+        raise ConfigError(f"{path} is not a Lightning training checkpoint (nothing to resume)")
+    load_weights(model, checkpoint["state_dict"], path)
 
 
 def build_cli(args: list[str] | None, callbacks: Sequence[Callback] = ()) -> TrainCLI:
@@ -201,6 +243,7 @@ def build_cli(args: list[str] | None, callbacks: Sequence[Callback] = ()) -> Tra
             seed_everything_default=42,
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
+            parser_class=OneLineErrors,
             trainer_defaults={
                 "callbacks": [
                     BatchSizeReport(),
@@ -219,8 +262,11 @@ def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
     quiet_known_noise()
     try:
         cli = build_cli(args, callbacks)
-    except ConfigError as error:
-        sys.exit(f"error: {error}")
+        if cli.config.ckpt_path:
+            check_resumable(cli.model, Path(cli.config.ckpt_path))
+    except (ConfigError, MisconfigurationException) as error:
+        # Lightning's own checks (e.g. a negative max_epochs) are one sentence too.
+        sys.exit(f"error: {str(error).splitlines()[0]}")
     trainer = cli.trainer
     for logger in trainer.loggers:
         # Fix the run folder (version_N) now, so processes spawned later all use this one.

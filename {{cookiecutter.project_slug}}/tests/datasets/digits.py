@@ -18,3 +18,9 @@ def data_args() -> list[str]:
 def train_command() -> list[str]:
     """The command that runs train.py in a subprocess."""
     return [sys.executable, str(PROJECT / "train.py")]
+
+
+@pytest.fixture
+def bad_data() -> dict:
+    """Data arguments that must be refused: name -> (arguments, part of the message)."""
+    return {"test fraction above 1": (["--data.test_fraction", "1.5"], "data.test_fraction")}

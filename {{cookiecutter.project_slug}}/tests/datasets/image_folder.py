@@ -1,5 +1,6 @@
 """Test data: a tiny image folder (train/ and test/, one sub-folder per class) of PNG files."""
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -37,3 +38,27 @@ def data_args(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 def train_command() -> list[str]:
     """The command that runs train.py in a subprocess."""
     return [sys.executable, str(PROJECT / "train.py")]
+
+
+@pytest.fixture
+def bad_data(tmp_path: Path) -> dict:
+    """Data arguments that must be refused: name -> (arguments, part of the message)."""
+    one_class, empty_class, corrupt, missing = (tmp_path / n for n in ("1", "0", "bad", "mis"))
+    write_dataset(one_class)
+    for name in CLASSES[1:]:
+        shutil.rmtree(one_class / "train" / name)
+    write_dataset(empty_class)
+    for image in (empty_class / "train" / "dog").iterdir():
+        image.unlink()
+    write_dataset(corrupt)
+    (corrupt / "train" / "fox" / "3.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    write_dataset(missing)
+    shutil.copytree(missing / "test", missing / "val")
+    shutil.rmtree(missing / "val" / "fox")
+    return {
+        "root that does not exist": (["--data.root", str(tmp_path / "nowhere")], "does not exist"),
+        "a single class": (["--data.root", str(one_class)], "needs at least 2"),
+        "a class folder without images": (["--data.root", str(empty_class)], "dog holds no image"),
+        "a corrupt image": (["--data.root", str(corrupt)], "fox/3.png is not a readable image"),
+        "a class missing from val": (["--data.root", str(missing)], "every split needs the same"),
+    }

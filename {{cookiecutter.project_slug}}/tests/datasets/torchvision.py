@@ -68,6 +68,20 @@ def train_command(tmp_path: Path) -> list[str]:
         "    main()\n"
     )
     return [sys.executable, str(script)]
+
+
+@pytest.fixture
+def bad_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """Data arguments that must be refused: name -> (arguments, part of the message)."""
+    # Nothing listens on the discard port: the download fails at once, as it does offline.
+    monkeypatch.setattr(cifar.CIFAR10, "url", "http://127.0.0.1:9/cifar-10-python.tar.gz")
+    (tmp_path / "empty").mkdir()
+    return {
+        "empty root, no network": (
+            ["--data.root", str(tmp_path / "empty")],
+            "could not be downloaded",
+        ),
+    }
 {%- else -%}
 """Test data: a tiny {{ folder }} written in its own on-disk format (IDX files).
 
@@ -81,6 +95,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from torchvision import datasets
 
 PROJECT = Path(__file__).resolve().parents[1]
 SIZES = {"train": 96, "t10k": 40}
@@ -115,4 +130,18 @@ def data_args(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 def train_command() -> list[str]:
     """The command that runs train.py in a subprocess."""
     return [sys.executable, str(PROJECT / "train.py")]
+
+
+@pytest.fixture
+def bad_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """Data arguments that must be refused: name -> (arguments, part of the message)."""
+    # Nothing listens on the discard port: the download fails at once, as it does offline.
+    monkeypatch.setattr(datasets.{{ folder }}, "mirrors", ["http://127.0.0.1:9/"])
+    (tmp_path / "empty").mkdir()
+    return {
+        "empty root, no network": (
+            ["--data.root", str(tmp_path / "empty")],
+            "could not be downloaded",
+        ),
+    }
 {%- endif %}

@@ -10,7 +10,9 @@ without root/test, the validation images are used for testing.
 from pathlib import Path
 
 import torch
+from PIL import Image
 from torchvision import datasets
+from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import v2
 
 from .datamodule import ConfigError, ImageDataModule
@@ -55,6 +57,31 @@ def class_folders(folder: Path) -> list[str]:
     return sorted(entry.name for entry in folder.iterdir() if entry.is_dir())
 
 
+def image_files(folder: Path) -> list[Path]:
+    """The files under `folder` that ImageFolder reads (by extension)."""
+    files = (path for path in folder.rglob("*") if path.is_file())
+    return sorted(path for path in files if path.suffix.lower() in IMG_EXTENSIONS)
+
+
+def check_images(split: Path) -> None:
+    """Every class folder holds images and every image decodes; otherwise name what is wrong."""
+    for name in class_folders(split):
+        files = image_files(split / name)
+        if not files:
+            raise ConfigError(
+                f"{split / name} holds no image files ({', '.join(IMG_EXTENSIONS)}); "
+                "every class folder needs at least one"
+            )
+        for path in files:
+            try:
+                with Image.open(path) as image:
+                    image.verify()
+            except (OSError, SyntaxError) as error:
+                raise ConfigError(
+                    f"{path} is not a readable image ({error}); remove or replace it"
+                ) from None
+
+
 class DataModule(ImageDataModule):
     """ImageFolder datasets read from `root`; images are converted to RGB of `image_size`."""
 
@@ -71,6 +98,11 @@ class DataModule(ImageDataModule):
         self.root = Path(root)
         self.image_size = image_size
         train = self.root / "train"
+        if not self.root.is_dir():
+            raise ConfigError(
+                f"data.root {str(self.root)!r} does not exist; expected "
+                f"{self.root}/train/<class name>/<image files>"
+            )
         if not train.is_dir():
             raise ConfigError(
                 f"data.root {str(self.root)!r} has no 'train' folder; expected "
@@ -89,6 +121,10 @@ class DataModule(ImageDataModule):
                     f"{folder} has classes {class_folders(folder)}, but train has "
                     f"{list(self.class_names)}; every split needs the same class folders"
                 )
+        for split in ("train", "val", "test"):
+            # Read every file once now: a bad one is named before a run folder exists.
+            if (self.root / split).is_dir():
+                check_images(self.root / split)
         self.input_shape = (3, image_size, image_size)
 
     def setup(self, stage: str | None = None) -> None:

@@ -28,7 +28,7 @@ import torch
 from torchvision import datasets
 from torchvision.transforms import v2
 
-from .datamodule import ImageDataModule
+from .datamodule import ConfigError, ImageDataModule
 
 DATASET = datasets.{{ spec.cls }}
 CLASS_NAMES = {{ spec.classes }}
@@ -74,8 +74,14 @@ class DataModule(ImageDataModule):
 
     def prepare_data(self) -> None:
         # Runs on one process per node; downloads only what is missing.
-        DATASET(self.root, train=True, download=True)
-        DATASET(self.root, train=False, download=True)
+        try:
+            DATASET(self.root, train=True, download=True)
+            DATASET(self.root, train=False, download=True)
+        except (OSError, RuntimeError) as error:  # no network, a proxy, a full disk, ...
+            raise ConfigError(
+                f"{DATASET.__name__} is not complete in data.root {str(self.root)!r} and could "
+                f"not be downloaded ({error}); copy its files there or check the network"
+            ) from None
 
     def setup(self, stage: str | None = None) -> None:
         self.train_set, self.val_set = self.split(
