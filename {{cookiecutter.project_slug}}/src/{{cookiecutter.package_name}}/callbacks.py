@@ -2,6 +2,7 @@
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor
 
 
 class BatchSizeReport(L.Callback):
@@ -19,3 +20,8 @@ class BatchSizeReport(L.Callback):
             f"Effective batch size: {total} = {per_device} per device x {trainer.num_devices} "
             f"device(s) x {trainer.num_nodes} node(s) x {accumulate} accumulated batch(es)"
         )
+
+
+def samples_in(batch: tuple[Tensor, Tensor]) -> int:
+    """The number of samples in a batch (ThroughputMonitor's batch_size_fn)."""
+    return len(batch[0])

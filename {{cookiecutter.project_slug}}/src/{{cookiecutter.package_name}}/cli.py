@@ -14,14 +14,24 @@ from argparse import SUPPRESS
 from pathlib import Path
 
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
+from lightning import Trainer
+from lightning.pytorch.callbacks import (
+    EarlyStopping,
+    LearningRateMonitor,
+    ModelCheckpoint,
+    ThroughputMonitor,
+)
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
-from .callbacks import BatchSizeReport
+from .callbacks import BatchSizeReport, samples_in
 from .data import DataModule
 from .datamodule import ConfigError
+from .loggers import LOGGER, how_to_watch
 from .model import ImageClassifier
+from .plots import ConfusionMatrixPlot, TrainingCurves
 
+# Loggers whose save_dir/name/version_<N> folder is the run folder, when first in the list.
+FOLDER_LOGGERS = ("TensorBoardLogger", "CSVLogger")
 SHORT_FLAGS = ("accelerator", "devices", "num_nodes", "precision", "strategy", "max_epochs")
 DEFAULT_MAX_EPOCHS = {{ {"digits": 30, "mnist": 10, "fashion_mnist": 20, "cifar10": 40, "image_folder": 30}[cookiecutter.dataset] }}
 
@@ -55,6 +65,8 @@ class TrainCLI(LightningCLI):
         parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
         parser.add_lightning_class_args(EarlyStopping, "early_stopping")
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
+        parser.add_lightning_class_args(TrainingCurves, "curves")
+        parser.add_lightning_class_args(ConfusionMatrixPlot, "confusion_matrix")
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/acc",
@@ -70,10 +82,7 @@ class TrainCLI(LightningCLI):
                 "lr_monitor.logging_interval": "step",
                 "trainer.max_epochs": DEFAULT_MAX_EPOCHS,
                 "trainer.log_every_n_steps": 10,
-                "trainer.logger": {
-                    "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                    "init_args": {"save_dir": "runs", "name": "default"},
-                },
+                "trainer.logger": LOGGER,
             }
         )
 
@@ -82,11 +91,13 @@ class TrainCLI(LightningCLI):
         if ckpt_path is None:
             return
         logger = self.config.trainer.logger
-        tensorboard = getattr(logger, "class_path", "").endswith("TensorBoardLogger")
+        logger = logger[0] if isinstance(logger, list) and logger else logger
+        run_folders = getattr(logger, "class_path", "").endswith(FOLDER_LOGGERS)
         if ckpt_path == "last":
-            if not tensorboard:
+            if not run_folders:
                 raise ConfigError(
-                    "--ckpt_path last needs the TensorBoardLogger run folders; give a file path"
+                    "--ckpt_path last needs a TensorBoardLogger or CSVLogger (first) to find "
+                    "the run folders; give a file path"
                 )
             ckpt_path = newest_last_checkpoint(
                 Path(logger.init_args.save_dir) / logger.init_args.name
@@ -97,7 +108,7 @@ class TrainCLI(LightningCLI):
             )
         ckpt_path = Path(ckpt_path)
         self.config.ckpt_path = str(ckpt_path)
-        if tensorboard and ckpt_path.parent.name == "checkpoints":
+        if run_folders and ckpt_path.parent.name == "checkpoints":
             # Keep logging into the folder of the run being resumed.
             run = ckpt_path.parent.parent
             logger.init_args.save_dir = str(run.parent.parent)
@@ -136,6 +147,25 @@ def newest_last_checkpoint(experiment: Path) -> Path:
     return candidates[-1]
 
 
+def summary(trainer: Trainer, metrics: dict[str, float], log_dir: str) -> str:
+    """What a run leaves behind, and the commands that go on from it."""
+    checkpoint = trainer.checkpoint_callback
+    best = "none"
+    if checkpoint is not None and checkpoint.best_model_path:
+        score = f"{checkpoint.monitor} {checkpoint.best_model_score:.4f}"
+        best = f"{checkpoint.best_model_path}  ({score})"
+    tested = "  ".join(f"{key} {value:.4f}" for key, value in sorted(metrics.items()))
+    rows = {
+        "Best checkpoint": best,
+        "Test": tested or "not run",
+        "Run folder": f"{log_dir}  (config.yaml, checkpoints/, plots/, test_metrics.json)",
+        "Watch": how_to_watch(log_dir),
+        "Resume": f"python train.py --config {log_dir}/config.yaml --ckpt_path "
+        f"{log_dir}/checkpoints/last.ckpt --max_epochs <more>",
+    }
+    return "\n".join(f"{name + ':':<17}{value}" for name, value in rows.items())
+
+
 def quiet_known_noise() -> None:
     """Silence third-party messages that say nothing about this project's runs."""
     warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=DeprecationWarning)
@@ -159,7 +189,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             seed_everything_default=42,
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
-            trainer_defaults={"callbacks": [BatchSizeReport()]},
+            trainer_defaults={
+                "callbacks": [BatchSizeReport(), ThroughputMonitor(samples_in, window_size=20)]
+            },
             auto_configure_optimizers=False,
         )
     except ConfigError as error:
@@ -168,15 +200,20 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     for logger in trainer.loggers:
         # Fix the run folder (version_N) now, so processes spawned later all use this one.
         _ = logger.version
-    trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
+    try:
+        trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
+    except ConfigError as error:
+        sys.exit(f"error: {error}")
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    results = trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=best or None)
+    results = trainer.test(
+        cli.model, datamodule=cli.datamodule, ckpt_path=best or None, verbose=False
+    )
     metrics = {key: float(value) for key, value in results[0].items()} if results else {}
     log_dir = trainer.log_dir  # a collective call: every rank must make it
     if trainer.is_global_zero and log_dir:
         path = Path(log_dir) / "test_metrics.json"
         path.write_text(json.dumps({"checkpoint": best, **metrics}, indent=2) + "\n")
-        print(f"Run folder: {log_dir}")
+        print(summary(trainer, metrics, log_dir))
     if torch.distributed.is_initialized():
         # Shut the process group down cleanly; left to interpreter exit, gloo can abort.
         torch.distributed.destroy_process_group()

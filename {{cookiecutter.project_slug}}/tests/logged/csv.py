@@ -1,0 +1,11 @@
+"""Read back what a run logged, from the metrics.csv in its run folder."""
+
+import csv
+from pathlib import Path
+
+
+def scalars(run: Path, tag: str) -> list[tuple[int, float]]:
+    """(step, value) pairs logged under `tag` in a run folder."""
+    with open(run / "metrics.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    return [(int(row["step"]), float(row[tag])) for row in rows if row.get(tag)]
