@@ -49,10 +49,17 @@ def assert_image(path: Path) -> None:
 
 
 def test_run_draws_curves_and_confusion_matrix_and_logs_grad_norms_and_throughput(
-    train: Callable,
+    train: Callable, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture
 ) -> None:
     # 24 steps: enough for the throughput window of 20 batches.
-    train("--max_epochs", "6", "--model.grad_norm_every_n_steps", "5")
+    metrics = train("--max_epochs", "6", "--model.grad_norm_every_n_steps", "5")
+    summary = capsys.readouterr().out
+    assert f"Best checkpoint: {RUN}/checkpoints/epoch" in summary
+    assert f"test/acc {metrics['test/acc']:.4f}" in summary
+    assert f"--ckpt_path {RUN}/checkpoints/last.ckpt" in summary
+    epochs = [line for line in caplog.messages if line.startswith("Epoch ")]
+    assert len(epochs) == 6 and epochs[-1].startswith("Epoch 6/6: train/loss_epoch ")
+    assert "val/acc" in epochs[-1]
     for name in ("loss.png", "accuracy.png", "learning_rate.png", "confusion_matrix.png"):
         assert_image(RUN / "plots" / name)
     total = scalars(RUN, "grad_2.0_norm_total")

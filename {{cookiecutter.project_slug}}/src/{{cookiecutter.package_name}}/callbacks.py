@@ -1,6 +1,9 @@
 """Small callbacks the command line adds to every run."""
 
+from pathlib import Path
+
 import lightning as L
+from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
@@ -20,6 +23,55 @@ class BatchSizeReport(L.Callback):
             f"Effective batch size: {total} = {per_device} per device x {trainer.num_devices} "
             f"device(s) x {trainer.num_nodes} node(s) x {accumulate} accumulated batch(es)"
         )
+
+
+class EpochLine(L.Callback):
+    """Prints one line per finished epoch with its main metrics, above the progress bar.
+
+    The model logs an epoch's training metrics after the callbacks' epoch-end hooks, so
+    each line is printed when the next epoch starts, or when training ends.
+    """
+
+    KEYS = ("train/loss_epoch", "train/acc", "val/loss", "val/acc")
+
+    def __init__(self) -> None:
+        self.printed = -1
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.report(trainer, trainer.current_epoch - 1)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.report(trainer, trainer.current_epoch - 1)
+
+    def report(self, trainer: L.Trainer, epoch: int) -> None:
+        metrics = {key: trainer.callback_metrics.get(key) for key in self.KEYS}
+        shown = "  ".join(f"{k} {float(v):.4f}" for k, v in metrics.items() if v is not None)
+        if epoch <= self.printed or not shown or not trainer.is_global_zero:
+            return
+        self.printed = epoch
+        line = f"Epoch {epoch + 1}/{trainer.max_epochs}: {shown}"
+        bar = trainer.progress_bar_callback
+        if bar is not None:
+            bar.print(line)  # printed through the bar, so the bar is not torn
+        else:
+            rank_zero_info(line)
+
+
+class KeepCSVMetrics(L.Callback):
+    """A resumed run logs into its first folder, where CSVLogger would delete metrics.csv.
+
+    Before logging starts, an existing metrics.csv is renamed metrics-<k>.csv (k = 0, 1, ...).
+    """
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit" or not trainer.is_global_zero:
+            return
+        if not isinstance(trainer.logger, CSVLogger):
+            return
+        metrics = Path(trainer.logger.log_dir) / "metrics.csv"
+        if metrics.is_file():
+            earlier = len(list(metrics.parent.glob("metrics-*.csv")))
+            metrics.rename(metrics.with_name(f"metrics-{earlier}.csv"))
 
 
 def samples_in(batch: tuple[Tensor, Tensor]) -> int:

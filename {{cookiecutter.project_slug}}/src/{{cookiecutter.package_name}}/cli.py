@@ -23,7 +23,7 @@ from lightning.pytorch.callbacks import (
 )
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
-from .callbacks import BatchSizeReport, samples_in
+from .callbacks import BatchSizeReport, EpochLine, KeepCSVMetrics, samples_in
 from .data import DataModule
 from .datamodule import ConfigError
 from .loggers import LOGGER, how_to_watch
@@ -190,7 +190,12 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
             trainer_defaults={
-                "callbacks": [BatchSizeReport(), ThroughputMonitor(samples_in, window_size=20)]
+                "callbacks": [
+                    BatchSizeReport(),
+                    EpochLine(),
+                    KeepCSVMetrics(),
+                    ThroughputMonitor(samples_in, window_size=20),
+                ]
             },
             auto_configure_optimizers=False,
         )
