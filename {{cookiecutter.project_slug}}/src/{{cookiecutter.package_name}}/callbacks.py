@@ -1,9 +1,6 @@
 """Small callbacks the command line adds to every run."""
 
-from pathlib import Path
-
 import lightning as L
-from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
@@ -55,23 +52,6 @@ class EpochLine(L.Callback):
             bar.print(line)  # printed through the bar, so the bar is not torn
         else:
             rank_zero_info(line)
-
-
-class KeepCSVMetrics(L.Callback):
-    """A resumed run logs into its first folder, where CSVLogger would delete metrics.csv.
-
-    Before logging starts, an existing metrics.csv is renamed metrics-<k>.csv (k = 0, 1, ...).
-    """
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage != "fit" or not trainer.is_global_zero:
-            return
-        if not isinstance(trainer.logger, CSVLogger):
-            return
-        metrics = Path(trainer.logger.log_dir) / "metrics.csv"
-        if metrics.is_file():
-            earlier = len(list(metrics.parent.glob("metrics-*.csv")))
-            metrics.rename(metrics.with_name(f"metrics-{earlier}.csv"))
 
 
 def samples_in(batch: tuple[Tensor, Tensor]) -> int:

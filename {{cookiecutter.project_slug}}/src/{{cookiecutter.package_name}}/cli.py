@@ -22,8 +22,9 @@ from lightning.pytorch.callbacks import (
     ThroughputMonitor,
 )
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.utilities import rank_zero_only
 
-from .callbacks import BatchSizeReport, EpochLine, KeepCSVMetrics, samples_in
+from .callbacks import BatchSizeReport, EpochLine, samples_in
 from .data import DataModule
 from .datamodule import ConfigError
 from .loggers import LOGGER, how_to_watch
@@ -111,6 +112,8 @@ class TrainCLI(LightningCLI):
         if run_folders and ckpt_path.parent.name == "checkpoints":
             # Keep logging into the folder of the run being resumed.
             run = ckpt_path.parent.parent
+            if logger.class_path.endswith("CSVLogger"):
+                keep_earlier_metrics(run)
             logger.init_args.save_dir = str(run.parent.parent)
             logger.init_args.name = run.parent.name
             logger.init_args.version = run.name
@@ -145,6 +148,14 @@ def newest_last_checkpoint(experiment: Path) -> Path:
             f"--ckpt_path last: no run under {experiment} has a checkpoints/last.ckpt to resume"
         )
     return candidates[-1]
+
+
+@rank_zero_only
+def keep_earlier_metrics(run: Path) -> None:
+    """Rename metrics.csv to metrics-<k>.csv: CSVLogger deletes it when it logs into the folder."""
+    metrics = run / "metrics.csv"
+    if metrics.is_file():
+        metrics.rename(run / f"metrics-{len(list(run.glob('metrics-*.csv')))}.csv")
 
 
 def summary(trainer: Trainer, metrics: dict[str, float], log_dir: str) -> str:
@@ -193,7 +204,6 @@ def main(args: list[str] | None = None) -> dict[str, float]:
                 "callbacks": [
                     BatchSizeReport(),
                     EpochLine(),
-                    KeepCSVMetrics(),
                     ThroughputMonitor(samples_in, window_size=20),
                 ]
             },
