@@ -131,6 +131,7 @@ def test_debug_profile_writes_its_report_into_the_run_folder(train: Callable) ->
     assert "FIT Profiler Report" in report and "run_training_batch" in report
 
 
+@pytest.mark.filterwarnings("ignore:Error detected in MulBackward0")  # the traceback it prints
 def test_debug_anomaly_names_the_operation_that_made_a_nan(train: Callable) -> None:
     with pytest.raises(RuntimeError, match="returned nan values"):
         train("--config", str(DEBUG / "anomaly.yaml"), "--model.backbone", "test_debug.NaNGradient")
