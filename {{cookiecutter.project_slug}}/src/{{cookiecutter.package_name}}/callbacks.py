@@ -46,7 +46,9 @@ class EpochLine(L.Callback):
         if epoch <= self.printed or not shown or not trainer.is_global_zero:
             return
         self.printed = epoch
-        line = f"Epoch {epoch + 1}/{trainer.max_epochs}: {shown}"
+        # Numbered from 0, like the progress bar and the checkpoint names.
+        last = f"/{trainer.max_epochs - 1}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
+        line = f"Epoch {epoch}{last}: {shown}"
         bar = trainer.progress_bar_callback
         if bar is not None:
             bar.print(line)  # printed through the bar, so the bar is not torn
