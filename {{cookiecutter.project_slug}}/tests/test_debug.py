@@ -1,17 +1,20 @@
 """The tools for runs that misbehave: plots, gradient norms, shapes, throughput, presets, env."""
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib.image
 import pytest
 import torch
+from lightning import Trainer
 from lightning.pytorch.utilities.model_summary import ModelSummary
 from logged import scalars
 from torch import Tensor, nn
 
 from {{ cookiecutter.package_name }} import env
 from {{ cookiecutter.package_name }}.data import DataModule
+from {{ cookiecutter.package_name }}.datamodule import ConfigError
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 
 RUN = Path("runs/default/version_0")
@@ -89,6 +92,19 @@ def test_shape_mismatch_fails_before_training_in_one_line(
     assert message.startswith("error: backbone FixedInput") and "\n" not in message
     assert str(tuple(shape)) in message
     assert not list(Path().glob("runs/*/*/checkpoints/*.ckpt"))
+
+
+def test_data_that_disagrees_with_its_declared_shape_is_refused(
+    make_datamodule: Callable,
+) -> None:
+    datamodule: DataModule = make_datamodule()
+    channels, height, width = datamodule.input_shape
+    declared = (channels + 1, height, width)
+    model = ImageClassifier(datamodule.num_classes, declared)
+    trainer = Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False)
+    with pytest.raises(ConfigError, match=re.escape(f"data.input_shape says {declared}")):
+        trainer.fit(model, datamodule=datamodule)
+    assert trainer.global_step == 0
 
 
 def test_debug_fast_dev_run(train: Callable) -> None:
