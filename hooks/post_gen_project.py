@@ -10,6 +10,7 @@ from pathlib import Path
 DATASET = "{{ cookiecutter.dataset }}"
 LICENSE = "{{ cookiecutter.license }}"
 GITHUB_ACTIONS = "{{ cookiecutter.github_actions }}"
+LOGGER = "{{ cookiecutter.logger }}"
 PACKAGE = Path("src") / "{{ cookiecutter.package_name }}"
 
 # The torchvision datasets share one loader file; the others have their own.
@@ -17,6 +18,16 @@ VARIANT = {"mnist": "torchvision", "fashion_mnist": "torchvision", "cifar10": "t
 VARIANT_FILES = {
     PACKAGE / "data.py": PACKAGE / "datasets",
     Path("tests") / "fake_data.py": Path("tests") / "datasets",
+}
+# Each logger has its own loggers.py; tests read metrics from the run folder's first logger
+# (mlflow and wandb runs keep a CSVLogger first), and mlflow and wandb get a test of their own.
+LOGGER_FILES = {
+    PACKAGE / "loggers.py": (PACKAGE / "loggers", LOGGER),
+    Path("tests") / "logged.py": (
+        Path("tests") / "logged",
+        "tensorboard" if LOGGER == "tensorboard" else "csv",
+    ),
+    Path("tests") / "test_logger.py": (Path("tests") / "logger_tests", LOGGER),
 }
 
 
@@ -31,6 +42,8 @@ def choose(target: Path, variants: Path, name: str) -> None:
 def main() -> None:
     for target, variants in VARIANT_FILES.items():
         choose(target, variants, VARIANT.get(DATASET, DATASET))
+    for target, (variants, name) in LOGGER_FILES.items():
+        choose(target, variants, name)
 
     licenses = Path("licenses")
     if licenses.exists():

@@ -18,6 +18,7 @@ ANSWERS = {
     "dataset": {{ cookiecutter.dataset | tojson }},
     "license": {{ cookiecutter.license | tojson }},
     "github_actions": {{ cookiecutter.github_actions | tojson }},
+    "logger": {{ cookiecutter.logger | tojson }},
 }
 # fmt: on
 
@@ -26,13 +27,15 @@ CHOICES = {
     "dataset": ("digits", "mnist", "fashion_mnist", "cifar10", "image_folder"),
     "license": ("MIT", "Apache-2.0", "BSD-3-Clause", "none"),
     "github_actions": ("yes", "no"),
+    "logger": ("tensorboard", "csv", "mlflow", "wandb"),
 }
 
 # Modules the generated project imports, or whose names its tools treat specially.
 TAKEN = {
     "lightning", "pytorch_lightning", "torch", "torchvision", "torchmetrics",
     "tensorboard", "sklearn", "numpy", "PIL", "yaml", "jsonargparse", "pytest",
-    "ruff", "test", "tests", "src", "data", "train", "configs", "runs",
+    "ruff", "matplotlib", "mlflow", "wandb", "test", "tests", "src", "data",
+    "train", "configs", "runs",
 }  # fmt: skip
 
 

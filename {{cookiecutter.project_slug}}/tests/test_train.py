@@ -8,22 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from logged import scalars
 
 from {{ cookiecutter.package_name }}.cli import SaveRunConfig, TrainCLI
 from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 
 RUN = Path("runs/default/version_0")
-
-
-def scalars(run: Path, tag: str) -> list[tuple[int, float]]:
-    """(step, value) pairs logged to TensorBoard under `tag` in a run folder."""
-    events = EventAccumulator(str(run))
-    events.Reload()
-    return (
-        [(e.step, e.value) for e in events.Scalars(tag)] if tag in events.Tags()["scalars"] else []
-    )
 
 
 def parse(*args: str) -> TrainCLI:

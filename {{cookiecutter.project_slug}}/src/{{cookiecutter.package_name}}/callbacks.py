@@ -2,6 +2,7 @@
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor
 
 
 class BatchSizeReport(L.Callback):
@@ -19,3 +20,42 @@ class BatchSizeReport(L.Callback):
             f"Effective batch size: {total} = {per_device} per device x {trainer.num_devices} "
             f"device(s) x {trainer.num_nodes} node(s) x {accumulate} accumulated batch(es)"
         )
+
+
+class EpochLine(L.Callback):
+    """Prints one line per finished epoch with its main metrics, above the progress bar.
+
+    The model logs an epoch's training metrics after the callbacks' epoch-end hooks, so
+    each line is printed when the next epoch starts, or when training ends.
+    """
+
+    KEYS = ("train/loss_epoch", "train/acc", "val/loss", "val/acc")
+
+    def __init__(self) -> None:
+        self.printed = -1
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.report(trainer, trainer.current_epoch - 1)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.report(trainer, trainer.current_epoch - 1)
+
+    def report(self, trainer: L.Trainer, epoch: int) -> None:
+        metrics = {key: trainer.callback_metrics.get(key) for key in self.KEYS}
+        shown = "  ".join(f"{k} {float(v):.4f}" for k, v in metrics.items() if v is not None)
+        if epoch <= self.printed or not shown or not trainer.is_global_zero:
+            return
+        self.printed = epoch
+        # Numbered from 0, like the progress bar and the checkpoint names.
+        last = f"/{trainer.max_epochs - 1}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
+        line = f"Epoch {epoch}{last}: {shown}"
+        bar = trainer.progress_bar_callback
+        if bar is not None:
+            bar.print(line)  # printed through the bar, so the bar is not torn
+        else:
+            rank_zero_info(line)
+
+
+def samples_in(batch: tuple[Tensor, Tensor]) -> int:
+    """The number of samples in a batch (ThroughputMonitor's batch_size_fn)."""
+    return len(batch[0])

@@ -18,21 +18,32 @@ from pathlib import Path
 from typing import NoReturn
 
 import torch
+from lightning import Trainer
 from lightning.pytorch import Callback
-from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import (
+    EarlyStopping,
+    LearningRateMonitor,
+    ModelCheckpoint,
+    ThroughputMonitor,
+)
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.plugins.environments import SLURMEnvironment
+from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
-from .callbacks import BatchSizeReport
+from .callbacks import BatchSizeReport, EpochLine, samples_in
 from .checkpoint import load_checkpoint, load_weights
 from .data import DataModule
 from .datamodule import ConfigError
 from .guards import DivergedError, RngState, SaveOnPreemption, StopOnDivergence
+from .loggers import LOGGER, how_to_watch
 from .model import ImageClassifier
+from .plots import ConfusionMatrixPlot, TrainingCurves
 
 # A kill loses at most this many optimizer steps (plus the epoch-end checkpoints).
 CHECKPOINT_EVERY_N_STEPS = 100
+# Loggers whose save_dir/name/version_<N> folder is the run folder, when first in the list.
+FOLDER_LOGGERS = ("TensorBoardLogger", "CSVLogger")
 SHORT_FLAGS = ("accelerator", "devices", "num_nodes", "precision", "strategy", "max_epochs")
 DEFAULT_MAX_EPOCHS = {{ {"digits": 30, "mnist": 10, "fashion_mnist": 20, "cifar10": 40, "image_folder": 30}[cookiecutter.dataset] }}
 
@@ -69,6 +80,8 @@ class TrainCLI(LightningCLI):
         parser.add_lightning_class_args(ModelCheckpoint, "step_checkpoint")
         parser.add_lightning_class_args(EarlyStopping, "early_stopping")
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
+        parser.add_lightning_class_args(TrainingCurves, "curves")
+        parser.add_lightning_class_args(ConfusionMatrixPlot, "confusion_matrix")
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/acc",
@@ -87,10 +100,7 @@ class TrainCLI(LightningCLI):
                 "lr_monitor.logging_interval": "step",
                 "trainer.max_epochs": DEFAULT_MAX_EPOCHS,
                 "trainer.log_every_n_steps": 10,
-                "trainer.logger": {
-                    "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                    "init_args": {"save_dir": "runs", "name": "default"},
-                },
+                "trainer.logger": LOGGER,
             }
         )
 
@@ -100,11 +110,13 @@ class TrainCLI(LightningCLI):
         if ckpt_path is None:
             return
         logger = self.config.trainer.logger
-        tensorboard = getattr(logger, "class_path", "").endswith("TensorBoardLogger")
+        logger = logger[0] if isinstance(logger, list) and logger else logger
+        run_folders = getattr(logger, "class_path", "").endswith(FOLDER_LOGGERS)
         if ckpt_path == "last":
-            if not tensorboard:
+            if not run_folders:
                 raise ConfigError(
-                    "--ckpt_path last needs the TensorBoardLogger run folders; give a file path"
+                    "--ckpt_path last needs a TensorBoardLogger or CSVLogger (first) to find "
+                    "the run folders; give a file path"
                 )
             ckpt_path = newest_last_checkpoint(
                 Path(logger.init_args.save_dir) / logger.init_args.name
@@ -115,9 +127,11 @@ class TrainCLI(LightningCLI):
             )
         ckpt_path = Path(ckpt_path)
         self.config.ckpt_path = str(ckpt_path)
-        if tensorboard and ckpt_path.parent.name == "checkpoints":
+        if run_folders and ckpt_path.parent.name == "checkpoints":
             # Keep logging into the folder of the run being resumed.
             run = ckpt_path.parent.parent
+            if logger.class_path.endswith("CSVLogger"):
+                keep_earlier_metrics(run)
             logger.init_args.save_dir = str(run.parent.parent)
             logger.init_args.name = run.parent.name
             logger.init_args.version = run.name
@@ -181,6 +195,33 @@ def newest_last_checkpoint(experiment: Path) -> Path:
             f"--ckpt_path last: no run under {experiment} has a checkpoints/last.ckpt to resume"
         )
     return candidates[-1]
+
+
+@rank_zero_only
+def keep_earlier_metrics(run: Path) -> None:
+    """Rename metrics.csv to metrics-<k>.csv: CSVLogger deletes it when it logs into the folder."""
+    metrics = run / "metrics.csv"
+    if metrics.is_file():
+        metrics.rename(run / f"metrics-{len(list(run.glob('metrics-*.csv')))}.csv")
+
+
+def summary(trainer: Trainer, metrics: dict[str, float], log_dir: str) -> str:
+    """What a run leaves behind, and the commands that go on from it."""
+    checkpoint = trainer.checkpoint_callback
+    best = "none"
+    if checkpoint is not None and checkpoint.best_model_path:
+        score = f"{checkpoint.monitor} {checkpoint.best_model_score:.4f}"
+        best = f"{checkpoint.best_model_path}  ({score})"
+    tested = "  ".join(f"{key} {value:.4f}" for key, value in sorted(metrics.items()))
+    rows = {
+        "Best checkpoint": best,
+        "Test": tested or "not run",
+        "Run folder": f"{log_dir}  (config.yaml, checkpoints/, plots/, test_metrics.json)",
+        "Watch": how_to_watch(log_dir),
+        "Resume": f"python train.py --config {log_dir}/config.yaml --ckpt_path "
+        f"{log_dir}/checkpoints/last.ckpt --max_epochs <more>",
+    }
+    return "\n".join(f"{name + ':':<17}{value}" for name, value in rows.items())
 
 
 def quiet_known_noise() -> None:
@@ -247,6 +288,8 @@ def build_cli(args: list[str] | None, callbacks: Sequence[Callback] = ()) -> Tra
             trainer_defaults={
                 "callbacks": [
                     BatchSizeReport(),
+                    EpochLine(),
+                    ThroughputMonitor(samples_in, window_size=20),
                     RngState(),
                     StopOnDivergence(),
                     SaveOnPreemption(),
@@ -273,13 +316,15 @@ def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
         _ = logger.version
     fit(cli)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    results = trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=best or None)
+    results = trainer.test(
+        cli.model, datamodule=cli.datamodule, ckpt_path=best or None, verbose=False
+    )
     metrics = {key: float(value) for key, value in results[0].items()} if results else {}
     log_dir = trainer.log_dir  # a collective call: every rank must make it
     if trainer.is_global_zero and log_dir:
         path = Path(log_dir) / "test_metrics.json"
         path.write_text(json.dumps({"checkpoint": best, **metrics}, indent=2) + "\n")
-        print(f"Run folder: {log_dir}")
+        print(summary(trainer, metrics, log_dir))
     if torch.distributed.is_initialized():
         # Shut the process group down cleanly; left to interpreter exit, gloo can abort.
         torch.distributed.destroy_process_group()

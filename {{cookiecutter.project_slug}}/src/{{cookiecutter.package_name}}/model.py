@@ -6,6 +6,7 @@ from collections.abc import Callable
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities import grad_norm
 from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import (
@@ -19,6 +20,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from .backbones import SmallCNN
+from .datamodule import ConfigError
 
 # (in_channels, num_classes) -> network; chosen in configs by class_path.
 BackboneFactory = Callable[[int, int], nn.Module]
@@ -35,6 +37,8 @@ class ImageClassifier(L.LightningModule):
     linearly for `warmup_fraction` of the training steps, then decays along a
     cosine, stepped every batch. `compile` compiles the backbone with torch.compile
     in place, so checkpoints stay interchangeable with uncompiled runs.
+    `grad_norm_every_n_steps` logs the gradient norm of every parameter and their
+    total every that many optimizer steps (0: never; each one syncs with the device).
     """
 
     def __init__(
@@ -47,6 +51,7 @@ class ImageClassifier(L.LightningModule):
         warmup_fraction: float = 0.05,
         label_smoothing: float = 0.0,
         compile: bool = False,
+        grad_norm_every_n_steps: int = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -68,6 +73,8 @@ class ImageClassifier(L.LightningModule):
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
         self.example_input_array = torch.zeros(2, *input_shape)
+        # ThroughputMonitor reads this; None: it logs samples and batches per second, no FLOPs.
+        self.flops_per_batch: int | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         return self.backbone(x)
@@ -83,8 +90,8 @@ class ImageClassifier(L.LightningModule):
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, "val", self.val_metrics)
 
-    def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, "test", self.test_metrics)
+    def test_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        return self._evaluate(batch, "test", self.test_metrics)
 
     def predict_step(self, batch: Tensor | Batch, batch_idx: int) -> Tensor:
         x = batch[0] if isinstance(batch, tuple | list) else batch
@@ -105,6 +112,20 @@ class ImageClassifier(L.LightningModule):
             config["monitor"] = "val/loss"
         return {"optimizer": optimizer, "lr_scheduler": config}
 
+    def setup(self, stage: str) -> None:
+        if stage == "fit":
+            self._check_input_shape()
+
+    def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
+        # Gradients are unscaled here under mixed precision, so the norms are the true ones.
+        every = self.hparams.grad_norm_every_n_steps
+        if every and self.trainer.global_step % every == 0:
+            # Straight to the loggers: self.log would repeat the last norms at every logging step.
+            norms = grad_norm(self.backbone, norm_type=2)
+            norms = {key: norm.item() for key, norm in norms.items()}
+            for logger in self.loggers:
+                logger.log_metrics(norms, step=self.trainer.global_step)
+
     def on_train_epoch_end(self) -> None:
         self._log_metrics(self.train_metrics)
 
@@ -114,11 +135,37 @@ class ImageClassifier(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._log_metrics(self.test_metrics)
 
-    def _evaluate(self, batch: Batch, stage: str, metrics: MetricCollection) -> None:
+    def _evaluate(self, batch: Batch, stage: str, metrics: MetricCollection) -> Tensor:
         x, y = batch
         logits = self(x)
         metrics.update(logits, y)
         self.log(f"{stage}/loss", self.loss(logits, y), sync_dist=True, prog_bar=True)
+        return logits
+
+    def _check_input_shape(self) -> None:
+        """Fail before training, in one line, if the backbone cannot take the data's images."""
+        expected = tuple(self.hparams.input_shape)
+        datamodule = self.trainer.datamodule
+        train_set = getattr(datamodule, "train_set", None)
+        shape = tuple(train_set[0][0].shape) if train_set is not None else expected
+        if shape != expected:
+            raise ConfigError(
+                f"the data's images have shape {shape} but data.input_shape says {expected}"
+            )
+        was_training = self.training
+        self.eval()  # no BatchNorm statistics from this dry run
+        try:
+            with torch.no_grad():
+                # forward(), not the call: a compiled backbone would compile for this one batch.
+                self.backbone.forward(torch.zeros(2, *shape))
+        except RuntimeError as error:
+            reason = str(error).strip().splitlines()[0]
+            raise ConfigError(
+                f"backbone {type(self.backbone).__name__} does not accept the data's images "
+                f"of shape {shape} (channels, height, width): {reason}"
+            ) from None
+        finally:
+            self.train(was_training)
 
     def _log_metrics(self, metrics: MetricCollection) -> None:
         # compute() already gathers every process's state; sync_dist only says so to Lightning.

@@ -1,0 +1,156 @@
+"""Pictures of a run, written into <run folder>/plots/ on rank 0: curves and a confusion matrix.
+
+Figures are drawn with matplotlib's object API (no pyplot), which renders with Agg and
+needs no display.
+"""
+
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from matplotlib.figure import Figure
+from torch import Tensor
+from torchmetrics.classification import MulticlassConfusionMatrix
+
+# file name -> (title, y label, the logged metrics drawn in it)
+CURVES = {
+    "loss.png": ("Loss", "cross-entropy", ("train/loss_epoch", "val/loss")),
+    "accuracy.png": ("Accuracy", "accuracy", ("train/acc", "val/acc")),
+}
+TRAIN_KEYS = ("train/loss_epoch", "train/acc")
+VAL_KEYS = ("val/loss", "val/acc")
+
+
+class TrainingCurves(L.Callback):
+    """Draws loss, accuracy and learning-rate curves from the metrics the run logged.
+
+    Redrawn after every `every_n_epochs`-th validation and at the end of fit. The
+    history is kept in checkpoints, so a resumed run draws the whole run.
+    """
+
+    def __init__(self, every_n_epochs: int = 5) -> None:
+        self.every_n_epochs = every_n_epochs
+        self.epochs: dict[str, dict[int, float]] = {key: {} for key in (*TRAIN_KEYS, *VAL_KEYS)}
+        self.learning_rates: dict[int, float] = {}
+
+    def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
+        if trainer.optimizers:
+            self.learning_rates[trainer.global_step] = trainer.optimizers[0].param_groups[0]["lr"]
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The module logs the training metrics of an epoch after the callbacks' epoch end.
+        self._record(trainer, TRAIN_KEYS, trainer.current_epoch - 1)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        self._record(trainer, VAL_KEYS, trainer.current_epoch)
+        if (trainer.current_epoch + 1) % self.every_n_epochs == 0:
+            self.draw(trainer)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._record(trainer, TRAIN_KEYS, trainer.current_epoch - 1)
+        self.draw(trainer)
+
+    def draw(self, trainer: L.Trainer) -> None:
+        folder = plots_folder(trainer)
+        if folder is None:
+            return
+        for name, (title, ylabel, keys) in CURVES.items():
+            series = {key: self.epochs[key] for key in keys if self.epochs[key]}
+            if series:
+                save(line_plot(title, "epoch", ylabel, series), folder / name)
+        if self.learning_rates:
+            figure = line_plot(
+                "Learning rate", "step", "learning rate", {"lr": self.learning_rates}
+            )
+            save(figure, folder / "learning_rate.png")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epochs": self.epochs, "learning_rates": self.learning_rates}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.epochs = state_dict["epochs"]
+        self.learning_rates = state_dict["learning_rates"]
+
+    def _record(self, trainer: L.Trainer, keys: Sequence[str], epoch: int) -> None:
+        metrics = trainer.callback_metrics
+        for key in keys:
+            if key in metrics and epoch >= 0:
+                self.epochs[key][epoch] = float(metrics[key])
+
+
+class ConfusionMatrixPlot(L.Callback):
+    """After test, draws plots/confusion_matrix.png from the logits `test_step` returns.
+
+    The matrix is a torchmetrics metric, so under DDP it counts every process's samples.
+    """
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "test":
+            self.matrix = MulticlassConfusionMatrix(pl_module.hparams.num_classes)
+
+    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.matrix = self.matrix.to(pl_module.device)
+        self.matrix.reset()
+
+    def on_test_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Tensor, batch: Any, *_: Any
+    ) -> None:
+        self.matrix.update(outputs, batch[1])
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        counts = self.matrix.compute().cpu()  # every process takes part in the gather
+        folder = plots_folder(trainer)
+        if folder is not None:
+            names = getattr(trainer.datamodule, "class_names", None)
+            save(confusion_figure(counts, names), folder / "confusion_matrix.png")
+
+
+def plots_folder(trainer: L.Trainer) -> Path | None:
+    """<run folder>/plots on rank 0; None on other ranks and in runs that write no folder."""
+    log_dir = trainer.log_dir  # a collective call: every rank must make it
+    if not trainer.is_global_zero or log_dir is None or trainer.fast_dev_run:
+        return None
+    folder = Path(log_dir) / "plots"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def line_plot(title: str, xlabel: str, ylabel: str, series: dict[str, dict[int, float]]) -> Figure:
+    figure = Figure(figsize=(6, 4), layout="constrained")
+    axes = figure.add_subplot()
+    for label, points in series.items():
+        xs = sorted(points)
+        axes.plot(xs, [points[x] for x in xs], marker="." if len(xs) < 50 else None, label=label)
+    axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    return figure
+
+
+def confusion_figure(counts: Tensor, class_names: Sequence[str] | None) -> Figure:
+    """Rows: true class, columns: predicted class; each cell shows its count."""
+    n = len(counts)
+    names = list(class_names) if class_names is not None else [str(i) for i in range(n)]
+    size = min(max(4.0, 0.45 * n + 2), 20.0)
+    figure = Figure(figsize=(size, size), layout="constrained")
+    axes = figure.add_subplot()
+    image = axes.imshow(counts.numpy(), cmap="Blues")
+    figure.colorbar(image, ax=axes, shrink=0.8)
+    axes.set(title="Confusion matrix (test)", xlabel="predicted", ylabel="true")
+    axes.set_xticks(range(n), names, rotation=45, ha="right")
+    axes.set_yticks(range(n), names)
+    if n <= 30:  # beyond that the numbers no longer fit in the cells
+        threshold = counts.max().item() / 2
+        for row, column in itertools.product(range(n), range(n)):
+            count = int(counts[row, column])
+            color = "white" if count > threshold else "black"
+            axes.text(column, row, count, ha="center", va="center", color=color, fontsize=8)
+    return figure
+
+
+def save(figure: Figure, path: Path) -> None:
+    figure.savefig(path, dpi=100)

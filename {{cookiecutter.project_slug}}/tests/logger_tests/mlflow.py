@@ -1,0 +1,22 @@
+"""The MLflow logger: metrics reach a local store, with no server and no network."""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from {{ cookiecutter.package_name }}.loggers import TRACKING_URI
+
+RUN = Path("runs/default/version_0")
+
+
+def test_metrics_reach_the_local_mlflow_store_and_the_run_folder(train: Callable) -> None:
+    metrics = train()
+    client = MlflowClient(tracking_uri=TRACKING_URI)
+    experiment = client.get_experiment_by_name("default")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["test/acc"] == pytest.approx(metrics["test/acc"])
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val/acc")]
+    assert (RUN / "metrics.csv").is_file() and (RUN / "checkpoints" / "last.ckpt").is_file()

@@ -1,0 +1,163 @@
+"""The tools for runs that misbehave: plots, gradient norms, shapes, throughput, presets, env."""
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+import torch
+from lightning import Trainer
+from lightning.pytorch.utilities.model_summary import ModelSummary
+from logged import scalars
+from torch import Tensor, nn
+
+from {{ cookiecutter.package_name }} import env
+from {{ cookiecutter.package_name }}.data import DataModule
+from {{ cookiecutter.package_name }}.datamodule import ConfigError
+from {{ cookiecutter.package_name }}.model import ImageClassifier
+
+RUN = Path("runs/default/version_0")
+DEBUG = Path(__file__).parents[1] / "configs" / "debug"
+
+
+class FixedInput(nn.Module):
+    """A backbone that only takes 3 x 28 x 28 images, whatever the data says."""
+
+    def __init__(self, in_channels: int, num_classes: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(3 * 28 * 28, num_classes))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class NaNGradient(nn.Module):
+    """A backbone whose backward pass yields NaN: sqrt'(0) is infinite, times zero."""
+
+    def __init__(self, in_channels: int, num_classes: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))
+
+    def forward(self, x: Tensor) -> Tensor:
+        logits = self.net(x)
+        return logits + torch.sqrt(logits * 0)
+
+
+def assert_image(path: Path) -> None:
+    pixels = matplotlib.image.imread(path)
+    height, width = pixels.shape[:2]
+    assert height >= 300 and width >= 300, f"{path.name} is {width}x{height}"
+    assert pixels.std() > 0.01, f"{path.name} is blank"
+
+
+def test_run_draws_curves_and_confusion_matrix_and_logs_grad_norms_and_throughput(
+    train: Callable, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 24 steps: enough for the throughput window of 20 batches.
+    metrics = train("--max_epochs", "6", "--model.grad_norm_every_n_steps", "5")
+    summary = capsys.readouterr().out
+    assert f"Best checkpoint: {RUN}/checkpoints/epoch" in summary
+    assert f"test/acc {metrics['test/acc']:.4f}" in summary
+    assert f"--ckpt_path {RUN}/checkpoints/last.ckpt" in summary
+    epochs = [line for line in caplog.messages if line.startswith("Epoch ")]
+    assert len(epochs) == 6 and epochs[-1].startswith("Epoch 5/5: train/loss_epoch ")
+    assert "val/acc" in epochs[-1]
+    for name in ("loss.png", "accuracy.png", "learning_rate.png", "confusion_matrix.png"):
+        assert_image(RUN / "plots" / name)
+    total = scalars(RUN, "grad_2.0_norm_total")
+    assert [step for step, _ in total] == [0, 5, 10, 15, 20]
+    assert all(value > 0 for _, value in total)
+    assert scalars(RUN, "grad_2.0_norm/head.1.weight")
+    assert scalars(RUN, "train/device/samples_per_sec")
+    assert scalars(RUN, "train/device/batches_per_sec")
+
+
+def test_model_summary_shows_input_and_output_shapes(make_datamodule: Callable) -> None:
+    datamodule: DataModule = make_datamodule()
+    model = ImageClassifier(datamodule.num_classes, datamodule.input_shape)
+    summary = ModelSummary(model, max_depth=1)
+    assert summary.in_sizes[0] == [2, *datamodule.input_shape]
+    assert summary.out_sizes[0] == [2, datamodule.num_classes]
+    assert str(list(datamodule.input_shape)[1:])[1:-1] in str(summary)
+
+
+def test_shape_mismatch_fails_before_training_in_one_line(
+    train: Callable, make_datamodule: Callable
+) -> None:
+    shape = make_datamodule().input_shape
+    with pytest.raises(SystemExit) as exit_info:
+        train("--model.backbone", "test_debug.FixedInput")
+    message = str(exit_info.value)
+    assert message.startswith("error: backbone FixedInput") and "\n" not in message
+    assert str(tuple(shape)) in message
+    assert not list(Path().glob("runs/*/*/checkpoints/*.ckpt"))
+
+
+def test_data_that_disagrees_with_its_declared_shape_is_refused(
+    make_datamodule: Callable,
+) -> None:
+    datamodule: DataModule = make_datamodule()
+    channels, height, width = datamodule.input_shape
+    declared = (channels + 1, height, width)
+    model = ImageClassifier(datamodule.num_classes, declared)
+    trainer = Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False)
+    with pytest.raises(ConfigError, match=re.escape(f"data.input_shape says {declared}")):
+        trainer.fit(model, datamodule=datamodule)
+    assert trainer.global_step == 0
+
+
+def test_debug_fast_dev_run(train: Callable) -> None:
+    metrics = train("--config", str(DEBUG / "fast_dev_run.yaml"))
+    assert 0.0 <= metrics["test/acc"] <= 1.0
+    assert not Path("runs").exists()
+
+
+def test_debug_overfit_drives_the_training_loss_near_zero(train: Callable) -> None:
+    train("--config", str(DEBUG / "overfit.yaml"))
+    losses = [value for _, value in scalars(RUN, "train/loss_epoch")]
+    assert len(losses) == 50
+    assert losses[-1] < 0.05, f"training loss ended at {losses[-1]:.3f}"
+
+
+def test_debug_limit_uses_a_quarter_of_each_split(
+    train: Callable, make_datamodule: Callable
+) -> None:
+    datamodule: DataModule = make_datamodule()
+    datamodule.setup("fit")
+    # Small enough a batch that a quarter of the validation split is a whole batch.
+    batch_size = min(16, len(datamodule.val_set) // 4)
+    datamodule = make_datamodule(batch_size=batch_size)
+    datamodule.setup("fit")
+    train(
+        "--config",
+        str(DEBUG / "limit.yaml"),
+        "--data.batch_size",
+        str(batch_size),
+        "--max_epochs",
+        "1",
+    )
+    checkpoint = torch.load(RUN / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["global_step"] == int(len(datamodule.train_dataloader()) * 0.25)
+
+
+def test_debug_profile_writes_its_report_into_the_run_folder(train: Callable) -> None:
+    train("--config", str(DEBUG / "profile.yaml"), "--max_epochs", "1")
+    report = (RUN / "fit-profile.txt").read_text()
+    assert "FIT Profiler Report" in report and "run_training_batch" in report
+
+
+@pytest.mark.filterwarnings("ignore:Error detected in MulBackward0")  # the traceback it prints
+def test_debug_anomaly_names_the_operation_that_made_a_nan(train: Callable) -> None:
+    with pytest.raises(RuntimeError, match="returned nan values"):
+        train("--config", str(DEBUG / "anomaly.yaml"), "--model.backbone", "test_debug.NaNGradient")
+
+
+def test_env_report_warns_when_a_cuda_build_finds_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = env.report()
+    assert lines[0].startswith("Python") and any(line.startswith("torch ") for line in lines)
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert env.report()[-1].startswith("warning: this torch is built for CUDA 12.4")
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert not any(line.startswith("warning") for line in env.report())
