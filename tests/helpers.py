@@ -26,7 +26,7 @@ COMBINATIONS = {case_id(answers): answers for answers in covering_set(QUESTIONS)
 DEFAULTS = {name: values[0] for name, values in QUESTIONS.items()}
 
 # The default answers, plus one render per dataset that together give every other
-# option value at least once: each license, both github_actions, each python_version.
+# option value at least once: each license, both github_actions, each python_version, each logger.
 CASES: dict[str, dict[str, str]] = {
     "default": {},
     "digits": {
@@ -35,6 +35,7 @@ CASES: dict[str, dict[str, str]] = {
         "github_actions": "no",
         "python_version": "3.10",
         "project_name": "Digit Reader",
+        "logger": "csv",
         "author_name": "Ada Lovelace",
     },
     "mnist": {
@@ -43,6 +44,7 @@ CASES: dict[str, dict[str, str]] = {
         "github_actions": "yes",
         "python_version": "3.12",
         "project_name": "MNIST Baseline",
+        "logger": "mlflow",
         "author_name": "Alan Turing",
     },
     "fashion_mnist": {
@@ -51,6 +53,7 @@ CASES: dict[str, dict[str, str]] = {
         "github_actions": "no",
         "python_version": "3.13",
         "project_name": "Wardrobe",
+        "logger": "wandb",
         "author_name": "Grace Hopper",
     },
     "cifar10": {
@@ -59,6 +62,7 @@ CASES: dict[str, dict[str, str]] = {
         "github_actions": "yes",
         "python_version": "3.11",
         "project_name": "Tiny Photos",
+        "logger": "tensorboard",
         "author_name": "Katherine Johnson",
     },
     "image_folder": {
@@ -67,6 +71,7 @@ CASES: dict[str, dict[str, str]] = {
         "github_actions": "no",
         "python_version": "3.13",
         "project_name": "Leaf Disease Classifier",
+        "logger": "csv",
         "author_name": "Barbara Liskov",
     },
 }
