@@ -92,8 +92,9 @@ def test_a_diverging_run_stops_with_the_step_and_keeps_a_good_checkpoint(train: 
             "--step_checkpoint.every_n_train_steps", "1",
         )  # fmt: skip
     message = str(stop.value.code)
-    assert message.startswith("error: training diverged: train/loss became")
-    assert "at step" in message and "last good checkpoint:" in message
+    # Caught at the first non-finite loss, or at the first checkpoint of non-finite weights.
+    assert message.startswith("error: training diverged: ")
+    assert " step " in message and "last good checkpoint:" in message
     kept = Path(message.rsplit("last good checkpoint: ", 1)[1])
     state = torch.load(kept, weights_only=True)["state_dict"]
     assert all(torch.isfinite(t).all() for t in state.values() if t.is_floating_point())

@@ -129,7 +129,7 @@ def test_slurm_environment_is_detected(data_args: list[str]) -> None:
 
 @pytest.mark.usefixtures("slurm_task")
 def test_slurm_tasks_per_node_must_match_devices(data_args: list[str]) -> None:
-    cli = parse("--accelerator", "cpu", "--devices", "3", "--num_nodes", "2", *data_args)
+    cli = parse("--accelerator", "cpu", "--devices", "1", "--num_nodes", "2", *data_args)
     # Lightning checks the SLURM layout when fit launches the processes, before any work.
     with pytest.raises(ValueError, match=r"--ntasks-per-node=2.*does not match"):
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
