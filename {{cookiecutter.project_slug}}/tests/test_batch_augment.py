@@ -39,6 +39,12 @@ def test_validation_batches_equal_images_preprocessed_one_by_one(datamodule: Dat
     assert torch.equal(labels, torch.stack([label for _, label in samples]))
 
 
+def test_training_with_the_model_summary_runs(train: Callable[..., dict[str, float]]) -> None:
+    # The summary sends the model's example input (no labels) through the batch hook.
+    metrics = train("--max_epochs", "1", "--trainer.enable_model_summary", "true")
+    assert 0 <= metrics["test/acc"] <= 1
+
+
 def test_prediction_ends_with_the_validation_preprocessing(datamodule: DataModule) -> None:
     steps = prediction_transform(datamodule.input_shape).transforms
     assert repr(steps[-1]) == repr(eval_transform())

@@ -35,7 +35,9 @@ def test_batches_have_the_shapes_and_dtypes_the_model_expects(datamodule: DataMo
 
 
 def test_inputs_are_normalised_floats_not_raw_pixels(datamodule: DataModule) -> None:
-    x = torch.cat([datamodule.on_after_batch_transfer(b, 0)[0] for b in datamodule.val_dataloader()])
+    x = torch.cat(
+        [datamodule.on_after_batch_transfer(b, 0)[0] for b in datamodule.val_dataloader()]
+    )
     # Normalisation subtracts the mean: raw or merely rescaled pixels are never negative.
     assert float(x.min()) < 0 < float(x.max())
     assert float(x.abs().max()) < 10

@@ -55,4 +55,3 @@ def random_affine(images: Tensor, degrees: float, translate: float) -> Tensor:
     grid = F.affine_grid(theta, list(images.shape), align_corners=False)
     moved = F.grid_sample(images.float(), grid, mode="nearest", align_corners=False)
     return moved.to(images.dtype)
-

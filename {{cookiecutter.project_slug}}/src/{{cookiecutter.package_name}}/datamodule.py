@@ -165,7 +165,10 @@ class InMemoryDataModule(ImageDataModule):
         (which checkpoints store, so a resumed run augments as one that never stopped)."""
         return images
 
-    def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
+    def on_after_batch_transfer(self, batch: Batch | Tensor, dataloader_idx: int) -> Batch | Tensor:
+        if isinstance(batch, Tensor):
+            # The model summary's example input: already what the model takes.
+            return batch
         images, labels = batch
         if self.trainer is not None and self.trainer.training:
             images = self.augment(images)
