@@ -165,9 +165,14 @@ def summarise_compare(dataset: str, results: dict[str, list[dict[str, Any]]]) ->
     """Per side, the median epoch of each round; ratios taken round by round."""
     epoch = {name: [epoch_medians(run) for run in results[name]] for name in results}
     rows = [row(f"{dataset}: epoch, {label}", "s", epoch[name]) for name, label in SIDES.items()]
+    fastest = {name: [min(e["total"] for e in run["epochs"][1:]) for run in results[name]]
+               for name in SIDES}  # fmt: skip
     for name, label in (("plain_fast_data", "same data path"), ("plain_classic", "classic path")):
         ratios = [t / p for t, p in zip(epoch["trainer"], epoch[name], strict=True)]
         rows.append(row(f"{dataset}: Trainer / plain loop ({label})", "x", ratios))
+        # The least disturbed epoch of each side: on a busy machine, the steadiest figure.
+        ratios = [t / p for t, p in zip(fastest["trainer"], fastest[name], strict=True)]
+        rows.append(row(f"{dataset}: Trainer / plain loop ({label}), fastest epochs", "x", ratios))
     runs = results["trainer"]
     parts = {
         key: [epoch_medians(run, key) for run in runs]
@@ -267,6 +272,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     parser.add_argument("--compare", nargs="*", default=["digits", "mnist"], choices=DATASETS)
     parser.add_argument("--loaders", nargs="*", default=list(DATASETS), choices=DATASETS)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (1 steadies a shared machine)"
+    )
     parser.add_argument("--accelerator", default="cpu", choices=["cpu", "gpu"])
     parser.add_argument("--workdir", type=Path, default=REPO / "build" / "bench")
     parser.add_argument(
@@ -277,6 +285,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     workdir = options.workdir / ("quick" if options.quick else "full")
     workdir.mkdir(parents=True, exist_ok=True)
     common = ["--accelerator", options.accelerator, "--rounds", str(rounds)]
+    common += [] if options.threads is None else ["--threads", str(options.threads)]
     used = sorted({"digits", *options.compare, *options.loaders})
     projects = {d: render(d, workdir / "projects") for d in used}
     data = {d: write_data(projects[d], d, workdir / "data" / d, options.quick) for d in used}

@@ -346,7 +346,10 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="batches per epoch (all: None)")
     parser.add_argument("--accelerator", default="cpu", choices=["cpu", "gpu"])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     options = parser.parse_args()
+    if options.threads is not None:
+        torch.set_num_threads(options.threads)
     # The stand-in CIFAR-10 files cannot match the official checksums; the tests trust them too.
     trust = getattr(importlib.import_module("fake_data"), "trust_local_files", None)
     if trust is not None:

@@ -1,7 +1,6 @@
 """scikit-learn's handwritten digits: 1,797 images of 8x8 pixels, shipped with the library."""
 
 import torch
-from sklearn.datasets import load_digits
 from torch import Tensor
 from torch.utils.data import Subset
 from torchvision.transforms import v2
@@ -63,6 +62,9 @@ class DataModule(InMemoryDataModule):
         return random_crop(images, padding=1)
 
     def setup(self, stage: str | None = None) -> None:
+        # Imported here: scikit-learn is slow to import and `train.py --help` never needs it.
+        from sklearn.datasets import load_digits
+
         digits = load_digits()
         images = torch.from_numpy(digits.images).to(torch.uint8).unsqueeze(1)
         labels = torch.from_numpy(digits.target).long()
