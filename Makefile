@@ -4,7 +4,7 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 DEMO := build/demo
 
-.PHONY: venv demo test lint docs
+.PHONY: venv demo test lint docs bench
 
 venv: $(VENV)/.installed
 
@@ -29,9 +29,16 @@ test: venv
 	$(PYTHON) -m pytest tests
 
 lint: venv
-	$(VENV)/bin/ruff check tests hooks docs
-	$(VENV)/bin/ruff format --check tests hooks docs
+	$(VENV)/bin/ruff check tests hooks docs benchmarks
+	$(VENV)/bin/ruff format --check tests hooks docs benchmarks
 
 # The documentation site, into build/site; --strict turns a broken link into an error.
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# Side by side: the generated project against a plain PyTorch loop, start-up, loaders.
+# The table goes to the terminal, everything to build/bench/full/results.json;
+# BENCH_ARGS adds options, e.g. BENCH_ARGS="--accelerator gpu" (see benchmarks/README.md).
+BENCH_ARGS ?= --threads 1 --mnist-batches 20 --loader-batches 50
+bench: venv
+	$(PYTHON) benchmarks/bench.py $(BENCH_ARGS)

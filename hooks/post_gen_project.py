@@ -45,6 +45,12 @@ def main() -> None:
     for target, (variants, name) in LOGGER_FILES.items():
         choose(target, variants, name)
 
+    if DATASET == "image_folder":
+        # Images read from disk keep the per-image path; the batch augmentations are for
+        # datasets held in memory.
+        for path in (PACKAGE / "batch_augment.py", Path("tests") / "test_batch_augment.py"):
+            path.unlink(missing_ok=True)
+
     licenses = Path("licenses")
     if licenses.exists():
         if LICENSE != "none":

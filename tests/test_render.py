@@ -60,6 +60,15 @@ def test_chosen_dataset_files(rendered: Render) -> None:
         )
 
 
+def test_batch_augmentation_only_for_datasets_held_in_memory(rendered: Render) -> None:
+    in_memory = rendered.answers["dataset"] != "image_folder"
+    for path in (
+        rendered.package / "batch_augment.py",
+        rendered.path / "tests" / "test_batch_augment.py",
+    ):
+        assert path.is_file() == in_memory, path
+
+
 def test_license(rendered: Render) -> None:
     license_file = rendered.path / "LICENSE"
     chosen = rendered.answers["license"]

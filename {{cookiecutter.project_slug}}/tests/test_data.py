@@ -1,10 +1,12 @@
 """The data module yields what the model expects: seeded split, train-only augmentation."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 import torch
 from lightning import Trainer
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.datamodule import ConfigError
@@ -24,7 +26,7 @@ def test_batches_have_the_shapes_and_dtypes_the_model_expects(datamodule: DataMo
         datamodule.val_dataloader(),
         datamodule.test_dataloader(),
     ):
-        x, y = next(iter(loader))
+        x, y = datamodule.on_after_batch_transfer(next(iter(loader)), 0)
         assert x.dtype == torch.float32
         assert tuple(x.shape[1:]) == datamodule.input_shape
         assert y.dtype == torch.int64
@@ -33,7 +35,9 @@ def test_batches_have_the_shapes_and_dtypes_the_model_expects(datamodule: DataMo
 
 
 def test_inputs_are_normalised_floats_not_raw_pixels(datamodule: DataModule) -> None:
-    x = torch.cat([x for x, _ in datamodule.val_dataloader()])
+    x = torch.cat(
+        [datamodule.on_after_batch_transfer(b, 0)[0] for b in datamodule.val_dataloader()]
+    )
     # Normalisation subtracts the mean: raw or merely rescaled pixels are never negative.
     assert float(x.min()) < 0 < float(x.max())
     assert float(x.abs().max()) < 10
@@ -52,11 +56,20 @@ def test_split_is_seeded_and_disjoint(make_datamodule: Callable[..., DataModule]
     assert split(1)[1] != val
 
 
+def model_input(dm: DataModule, dataset: Dataset, indices: Sequence[int], training: bool) -> Tensor:
+    """The batch the model gets for these samples, in the training or the validation loop."""
+    loader = DataLoader(Subset(dataset, indices), batch_size=len(indices), collate_fn=dm.collate_fn)
+    dm.trainer = Trainer(accelerator="cpu", devices=1, logger=False)
+    dm.trainer.training, dm.trainer.validating = training, not training
+    return dm.on_after_batch_transfer(next(iter(loader)), 0)[0]
+
+
 def test_augmentation_on_training_split_only(datamodule: DataModule) -> None:
-    val_index = datamodule.val_set.indices[0]
+    indices = datamodule.val_set.indices[:4]
     # The training and validation subsets view the same samples through different transforms.
-    augmented = [datamodule.train_set.dataset[val_index][0] for _ in range(10)]
-    plain = [datamodule.val_set.dataset[val_index][0] for _ in range(3)]
+    train, val = datamodule.train_set.dataset, datamodule.val_set.dataset
+    augmented = [model_input(datamodule, train, indices, training=True) for _ in range(10)]
+    plain = [model_input(datamodule, val, indices, training=False) for _ in range(3)]
     assert all(torch.equal(plain[0], p) for p in plain)
     assert any(not torch.equal(augmented[0], a) for a in augmented)
 

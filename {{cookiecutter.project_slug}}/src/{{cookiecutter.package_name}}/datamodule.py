@@ -1,14 +1,17 @@
 """What every data module here shares: seeded splits and well-configured loaders.
 
 The dataset itself (where images come from, their transforms) lives in data.py.
+Datasets that fit in memory use `InMemoryDataModule`: decoded once into uint8 tensors,
+cut into batches by indexing, augmented and normalised as whole batches on the device.
 """
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import lightning as L
 import torch
+from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
@@ -16,6 +19,9 @@ from torchdata.stateful_dataloader.sampler import RandomSampler
 
 class ConfigError(ValueError):
     """Bad input from the user (a path, a value); the CLI prints it on one line."""
+
+
+Batch = tuple[Tensor, Tensor]
 
 
 class ImageDataModule(L.LightningDataModule):
@@ -27,6 +33,8 @@ class ImageDataModule(L.LightningDataModule):
 
     class_names: Sequence[str]
     input_shape: tuple[int, int, int]
+    # How the loader joins what the dataset returns into a batch; None: torch's default_collate.
+    collate_fn: Callable[[Any], Any] | None = None
 
     def __init__(
         self, batch_size: int, num_workers: int | None, val_fraction: float, seed: int
@@ -111,7 +119,60 @@ class ImageDataModule(L.LightningDataModule):
             pin_memory=on_gpu,
             persistent_workers=self.num_workers > 0,
             generator=torch.Generator().manual_seed(self.seed + 1),
+            collate_fn=self.collate_fn,
         )
+
+
+class TensorImages(Dataset):
+    """Images decoded once into one uint8 tensor (N, C, H, W), with their labels.
+
+    The loader asks for whole batches (`__getitems__`): one indexing operation per batch
+    instead of a Python call and a transform per image.
+    """
+
+    def __init__(self, images: Tensor, labels: Tensor) -> None:
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> Batch:
+        return self.images[index], self.labels[index]
+
+    def __getitems__(self, indices: list[int]) -> Batch:
+        index = torch.as_tensor(indices)
+        return self.images[index], self.labels[index]
+
+
+class InMemoryDataModule(ImageDataModule):
+    """For datasets held as `TensorImages`: raw uint8 batches go to the device, where
+    `augment` (training only) and `normalise` process each whole batch at once.
+
+    `normalise` is the same preprocessing that validation, test and prediction apply to
+    one image, so a batch's rows equal the images preprocessed one by one.
+    """
+
+    # uint8 pixels (one image or a batch) -> the model's float input; set by subclasses.
+    normalise: Callable[[Tensor], Tensor]
+
+    @staticmethod
+    def collate_fn(batch: Batch) -> Batch:
+        # TensorImages.__getitems__ already returns the whole batch.
+        return batch
+
+    def augment(self, images: Tensor) -> Tensor:
+        """Random augmentation of a uint8 batch, drawn per image from the global torch RNG
+        (which checkpoints store, so a resumed run augments as one that never stopped)."""
+        return images
+
+    def on_after_batch_transfer(self, batch: Batch | Tensor, dataloader_idx: int) -> Batch | Tensor:
+        if isinstance(batch, Tensor):
+            # The model summary's example input: already what the model takes.
+            return batch
+        images, labels = batch
+        if self.trainer is not None and self.trainer.training:
+            images = self.augment(images)
+        return self.normalise(images), labels
 
 
 def default_num_workers() -> int:

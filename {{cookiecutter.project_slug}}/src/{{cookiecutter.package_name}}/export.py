@@ -15,6 +15,7 @@ import torch
 from jsonargparse import ArgumentParser
 from torch import Tensor
 from torch.export import Dim
+from torch.utils.data import default_collate
 
 from .checkpoint import class_names, load_model, resolve_checkpoint, run_config
 from .cli import build_cli, quiet_known_noise
@@ -77,7 +78,9 @@ def validation_batch(checkpoint: Path, size: int) -> Tensor:
     datamodule = build_cli(["--config", str(run_config(checkpoint))]).datamodule
     datamodule.setup("validate")
     images = datamodule.val_set
-    return torch.stack([images[i % len(images)][0] for i in range(size)])
+    samples = default_collate([images[i % len(images)] for i in range(size)])
+    # The preprocessing the Trainer applies to every validation batch after it reaches the device.
+    return datamodule.on_after_batch_transfer(samples, 0)[0]
 
 
 def write(name: str, model: ImageClassifier, batch: Tensor, artifact: Path) -> None:

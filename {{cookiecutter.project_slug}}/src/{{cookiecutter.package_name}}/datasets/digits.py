@@ -1,21 +1,20 @@
 """scikit-learn's handwritten digits: 1,797 images of 8x8 pixels, shipped with the library."""
 
-from collections.abc import Callable
-
 import torch
-from sklearn.datasets import load_digits
 from torch import Tensor
-from torch.utils.data import Dataset, Subset
+from torch.utils.data import Subset
 from torchvision.transforms import v2
 
-from .datamodule import ConfigError, ImageDataModule
+from .batch_augment import random_crop
+from .datamodule import ConfigError, InMemoryDataModule, TensorImages
 
 # Pixel values run from 0 to 16; mean and std of all digits, in those units.
 MEAN, STD = (4.884,), (6.017,)
 
 
 def eval_transform() -> v2.Transform:
-    """Preprocessing for validation, test and prediction: to float, normalised."""
+    """Preprocessing for validation, test and prediction (one image or a batch): to float,
+    normalised."""
     return v2.Compose([v2.ToDtype(torch.float32), v2.Normalize(MEAN, STD)])
 
 
@@ -37,28 +36,13 @@ def prediction_transform(input_shape: tuple[int, int, int]) -> v2.Transform:
     )
 
 
-class TensorImages(Dataset):
-    """Images held in one uint8 tensor (N, C, H, W), transformed one by one."""
-
-    def __init__(
-        self, images: Tensor, labels: Tensor, transform: Callable[[Tensor], Tensor]
-    ) -> None:
-        self.images, self.labels, self.transform = images, labels, transform
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        return self.transform(self.images[index]), self.labels[index]
-
-
-class DataModule(ImageDataModule):
+class DataModule(InMemoryDataModule):
     """Digits split into train, val and test with a fixed seed; one-pixel shifts as augmentation."""
 
     def __init__(
         self,
         batch_size: int = 64,
-        num_workers: int | None = None,
+        num_workers: int | None = 0,
         val_fraction: float = 0.1,
         test_fraction: float = 0.2,
         seed: int = 0,
@@ -71,17 +55,22 @@ class DataModule(ImageDataModule):
         self.test_fraction = test_fraction
         self.class_names = tuple(str(digit) for digit in range(10))
         self.input_shape = (1, 8, 8)
+        self.normalise = eval_transform()
+
+    def augment(self, images: Tensor) -> Tensor:
+        """One-pixel random shifts."""
+        return random_crop(images, padding=1)
 
     def setup(self, stage: str | None = None) -> None:
+        # Imported here: scikit-learn is slow to import and `train.py --help` never needs it.
+        from sklearn.datasets import load_digits
+
         digits = load_digits()
         images = torch.from_numpy(digits.images).to(torch.uint8).unsqueeze(1)
         labels = torch.from_numpy(digits.target).long()
         order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(self.seed))
         n_test = round(len(order) * self.test_fraction)
         test, rest = order[:n_test], order[n_test:]
-        augment = v2.Compose([v2.RandomCrop(8, padding=1), eval_transform()])
-        self.train_set, self.val_set = self.split(
-            Subset(TensorImages(images, labels, augment), rest.tolist()),
-            Subset(TensorImages(images, labels, eval_transform()), rest.tolist()),
-        )
-        self.test_set = TensorImages(images[test], labels[test], eval_transform())
+        rest_set = Subset(TensorImages(images, labels), rest.tolist())
+        self.train_set, self.val_set = self.split(rest_set, rest_set)
+        self.test_set = TensorImages(images[test], labels[test])

@@ -1,0 +1,317 @@
+"""Side-by-side performance of the generated project, measured in one invocation.
+
+Renders the default project (digits) and one project per other dataset option, writes
+stand-in data in each dataset's own on-disk format (with the generated tests' writers),
+then measures, each question in one process with its sides interleaved:
+
+1. the project's Trainer against a plain PyTorch loop (digits and mnist), per epoch;
+2. time from `python train.py` to the first training step, and its import share;
+3. training DataLoader throughput per dataset option at num_workers 0 and the default;
+4. the cost of the progress bar and of logging every step.
+
+Prints a markdown table (medians, min, max, ratios) and writes everything to JSON.
+"""
+
+import argparse
+import importlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from cookiecutter.main import cookiecutter
+
+REPO = Path(__file__).resolve().parents[1]
+DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "image_folder")
+# The stand-in training sets have the real ones' sizes (cifar10: 5 batches of 10,000).
+FULL_SIZES = {"idx": {"train": 60_000, "t10k": 10_000}, "cifar_per_batch": 10_000}
+QUICK_SIZES = {"idx": {"train": 600, "t10k": 100}, "cifar_per_batch": 100}
+
+
+def render(dataset: str, output: Path) -> Path:
+    """The project of this dataset option (package `proj`), rendered once into output."""
+    name = dataset.replace("_", "-")
+    project = output / name
+    if not project.exists():
+        context = {"dataset": dataset, "project_name": name, "package_name": "proj"}
+        cookiecutter(str(REPO), no_input=True, output_dir=str(output), extra_context=context)
+    return project
+
+
+def write_data(project: Path, dataset: str, root: Path, quick: bool) -> list[str]:
+    """Stand-in data written once by the project's own test writer (tests/fake_data.py)."""
+    if dataset == "digits":
+        return []
+    fake_data = load_module(project / "tests" / "fake_data.py", f"fake_data_{dataset}")
+    sizes = QUICK_SIZES if quick else FULL_SIZES
+    if hasattr(fake_data, "SIZES"):
+        fake_data.SIZES = sizes["idx"]
+    if hasattr(fake_data, "TRAIN_PER_BATCH"):
+        fake_data.TRAIN_PER_BATCH = sizes["cifar_per_batch"]
+    written = root / "data_args.json"
+    if not written.exists():
+        args = fake_data.write_dataset(root)
+        written.write_text(json.dumps(args))
+    return json.loads(written.read_text())
+
+
+def load_module(path: Path, name: str) -> Any:
+    sys.path.insert(0, str(path.parents[1] / "src"))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.path.pop(0)
+    return module
+
+
+def environment(project: Path) -> dict[str, str]:
+    paths = [str(project / "src"), str(project / "tests"), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def measure(project: Path, question: str, out: Path, *args: str) -> Any:
+    """Run measure.py for one project and question; its JSON result."""
+    command = [sys.executable, str(REPO / "benchmarks" / "measure.py"), question]
+    command += ["--package", "proj", "--out", str(out), *args]
+    subprocess.run(
+        command,
+        cwd=project,
+        env=environment(project),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if "--quiet" not in sys.argv else None,
+    )
+    return json.loads(out.read_text())
+
+
+def wall_time(command: list[str], cwd: Path, env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, cwd=cwd, env=env, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+FIRST_STEP = """
+import json, sys, time
+from lightning.pytorch import Callback
+from proj.cli import main
+imported = time.time()
+class FirstStep(Callback):
+    def on_train_batch_start(self, *args):
+        if not hasattr(self, "at"):
+            self.at = time.time()
+            print(json.dumps({"imported": imported, "first_step": self.at}), file=sys.stderr)
+main(sys.argv[1:], callbacks=[FirstStep()])
+"""
+
+
+def startup(project: Path, rounds: int, accelerator: str) -> dict[str, list[float]]:
+    """`python train.py --help`, `import lightning`, and launch to first training step."""
+    env = environment(project)
+    python = sys.executable
+    results: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        results.setdefault("python_start", []).append(
+            wall_time([python, "-c", "pass"], project, env)
+        )
+        results.setdefault("import_lightning", []).append(
+            wall_time([python, "-c", "import lightning.pytorch"], project, env)
+        )
+        results.setdefault("train_help", []).append(
+            wall_time([python, "train.py", "--help"], project, env)
+        )
+        args = ["--max_epochs", "1", "--accelerator", accelerator, "--devices", "1",
+                "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1",
+                "--trainer.limit_test_batches", "1"]  # fmt: skip
+        start = time.time()
+        done = subprocess.run(
+            [python, "-c", FIRST_STEP, *args], cwd=project, env=env, capture_output=True, text=True
+        )
+        marks = [
+            json.loads(line) for line in done.stderr.splitlines() if line.startswith('{"imported"')
+        ]
+        if not marks:
+            raise RuntimeError(f"no first training step:\n{done.stderr[-2000:]}")
+        results.setdefault("to_first_step", []).append(marks[0]["first_step"] - start)
+        results.setdefault("imports_before_first_step", []).append(marks[0]["imported"] - start)
+    return results
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def epoch_medians(run: dict[str, Any], key: str = "total") -> float:
+    """Median over a run's epochs after the first (which pays one-off start-up costs)."""
+    values = [epoch[key] for epoch in run["epochs"]]
+    return statistics.median(values[1:] or values)
+
+
+SIDES = {
+    "trainer": "Trainer (project as generated)",
+    "plain_fast_data": "plain loop, the project's data path",
+    "plain_classic": "plain loop, classic per-image transforms + workers",
+}
+
+
+def row(measure: str, unit: str, values: list[float]) -> dict[str, Any]:
+    return {"measure": measure, "unit": unit, **spread(values)}
+
+
+def summarise_compare(dataset: str, results: dict[str, list[dict[str, Any]]]) -> list[dict]:
+    """Per side, the median epoch of each round; ratios taken round by round."""
+    epoch = {name: [epoch_medians(run) for run in results[name]] for name in results}
+    rows = [row(f"{dataset}: epoch, {label}", "s", epoch[name]) for name, label in SIDES.items()]
+    fastest = {name: [min(e["total"] for e in run["epochs"][1:]) for run in results[name]]
+               for name in SIDES}  # fmt: skip
+    for name, label in (("plain_fast_data", "same data path"), ("plain_classic", "classic path")):
+        ratios = [t / p for t, p in zip(epoch["trainer"], epoch[name], strict=True)]
+        rows.append(row(f"{dataset}: Trainer / plain loop ({label})", "x", ratios))
+        # The least disturbed epoch of each side: on a busy machine, the steadiest figure.
+        ratios = [t / p for t, p in zip(fastest["trainer"], fastest[name], strict=True)]
+        rows.append(row(f"{dataset}: Trainer / plain loop ({label}), fastest epochs", "x", ratios))
+    runs = results["trainer"]
+    parts = {
+        key: [epoch_medians(run, key) for run in runs]
+        for key in ("steps", "validation", "checkpoint")
+    }
+    rest = [t - sum(p) for t, *p in zip(epoch["trainer"], *parts.values(), strict=True)]
+    fixed = [
+        v + c + r for v, c, r in zip(parts["validation"], parts["checkpoint"], rest, strict=True)
+    ]
+    for label, values in (
+        ("validation loop", parts["validation"]),
+        ("checkpoint writes", parts["checkpoint"]),
+        ("rest (epoch-end logging, progress bar, callbacks)", rest),
+        ("sum of fixed costs", fixed),
+    ):
+        rows.append(row(f"{dataset}: Trainer per epoch, {label}", "s", values))
+    for on, off, label in (
+        ("trainer", "trainer_no_progress_bar", "progress bar (on vs off)"),
+        ("trainer_log_every_step", "trainer_log_never", "logging every step (vs never)"),
+        ("trainer", "trainer_log_never", "logging every 10 steps, the default (vs never)"),
+    ):
+        costs = [
+            (epoch_medians(a, "steps") - epoch_medians(b, "steps")) / a["steps_per_epoch"] * 1e3
+            for a, b in zip(results[on], results[off], strict=True)
+        ]
+        rows.append(row(f"{dataset}: cost per training step of {label}", "ms", costs))
+    for name, label in SIDES.items():
+        rows.append(
+            row(
+                f"{dataset}: last-epoch train loss, {label}",
+                "",
+                [r["losses"][-1] for r in results[name]],
+            )
+        )
+        rows.append(
+            row(
+                f"{dataset}: final val loss, {label}",
+                "",
+                [r["val_losses"][-1] for r in results[name]],
+            )
+        )
+    return rows
+
+
+def summarise_startup(results: dict[str, list[float]]) -> list[dict]:
+    labels = {
+        "python_start": "python -c pass",
+        "import_lightning": "python -c 'import lightning.pytorch'",
+        "train_help": "python train.py --help",
+        "to_first_step": "python train.py to the first training step",
+        "imports_before_first_step": "  of which start-up and imports",
+    }
+    rows = [row(f"start-up: {label}", "s", results[key]) for key, label in labels.items()]
+    help_over = [
+        h - i for h, i in zip(results["train_help"], results["import_lightning"], strict=True)
+    ]
+    rows.append(row("start-up: --help minus import lightning", "s", help_over))
+    share = [
+        i / t
+        for i, t in zip(results["imports_before_first_step"], results["to_first_step"], strict=True)
+    ]
+    rows.append(row("start-up: import share of time to first step", "x", share))
+    return rows
+
+
+def summarise_throughput(dataset: str, results: dict[str, list[float]]) -> list[dict]:
+    return [row(f"loader {dataset}: {key}", "samples/s", values) for key, values in results.items()]
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| measure | unit | median | min | max |", "|---|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(
+            f"| {r['measure']} | {r['unit']} "
+            f"| {r['median']:.4g} | {r['min']:.4g} | {r['max']:.4g} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny data, one round: checks the harness"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="A/B rounds per comparison")
+    parser.add_argument(
+        "--epochs", type=int, default=3, help="epochs per fit (the first is not counted)"
+    )
+    parser.add_argument(
+        "--mnist-batches",
+        type=int,
+        default=None,
+        help="training (and validation) batches per mnist epoch; default: all",
+    )
+    parser.add_argument(
+        "--loader-batches", type=int, default=100, help="batches per loader throughput pass"
+    )
+    parser.add_argument("--compare", nargs="*", default=["digits", "mnist"], choices=DATASETS)
+    parser.add_argument("--loaders", nargs="*", default=list(DATASETS), choices=DATASETS)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (1 steadies a shared machine)"
+    )
+    parser.add_argument("--accelerator", default="cpu", choices=["cpu", "gpu"])
+    parser.add_argument("--workdir", type=Path, default=REPO / "build" / "bench")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="JSON file (default: workdir/results.json)"
+    )
+    options = parser.parse_args(argv)
+    rounds, epochs = (1, 2) if options.quick else (options.rounds, options.epochs)
+    workdir = options.workdir / ("quick" if options.quick else "full")
+    workdir.mkdir(parents=True, exist_ok=True)
+    common = ["--accelerator", options.accelerator, "--rounds", str(rounds)]
+    common += [] if options.threads is None else ["--threads", str(options.threads)]
+    used = sorted({"digits", *options.compare, *options.loaders})
+    projects = {d: render(d, workdir / "projects") for d in used}
+    data = {d: write_data(projects[d], d, workdir / "data" / d, options.quick) for d in used}
+    rows: list[dict[str, Any]] = []
+    raw: dict[str, Any] = {"options": {k: str(v) for k, v in vars(options).items()}}
+    for dataset in options.compare:
+        limit = 3 if options.quick else (options.mnist_batches if dataset == "mnist" else None)
+        args = [*common, "--epochs", str(epochs), "--data-args", json.dumps(data[dataset])]
+        args += [] if limit is None else ["--limit", str(limit)]
+        result = measure(projects[dataset], "compare", workdir / f"compare-{dataset}.json", *args)
+        raw[f"compare/{dataset}"] = result
+        rows += summarise_compare(dataset, result)
+    raw["startup"] = startup(projects["digits"], rounds, options.accelerator)
+    rows += summarise_startup(raw["startup"])
+    for dataset in options.loaders:
+        limit = 3 if options.quick else options.loader_batches
+        args = [*common, "--data-args", json.dumps(data[dataset]), "--limit", str(limit)]
+        result = measure(projects[dataset], "throughput", workdir / f"loader-{dataset}.json", *args)
+        raw[f"throughput/{dataset}"] = result
+        rows += summarise_throughput(dataset, result)
+    print(table(rows))
+    out = options.out or workdir / "results.json"
+    out.write_text(json.dumps({"rows": rows, "raw": raw}, indent=1))
+    print(f"\nwritten: {out}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,364 @@
+"""Measurements run inside one rendered project (its src/ and tests/ on sys.path).
+
+bench.py starts this script once per project and question; it prints one JSON object.
+Every side of a comparison runs in this one process, interleaved A/B/C/A/B/C, so drift of
+a shared machine spreads over all sides alike.
+"""
+
+import argparse
+import importlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset, Subset
+from torchvision.transforms import v2
+
+
+class Clock(Callback):
+    """Wall time of every epoch (training steps, validation, checkpoints, logging), of its
+    training steps alone, of its validation loop and of its checkpoint writes."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.epochs: list[dict[str, float]] = []
+        self.losses: list[float] = []
+        self.val_losses: list[float] = []
+
+    def sync(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        save = trainer.save_checkpoint
+
+        def timed_save(*args: Any, **kwargs: Any) -> None:
+            start = self.sync()
+            save(*args, **kwargs)
+            if self.epochs:
+                self.epochs[-1]["checkpoint"] += self.sync() - start
+
+        trainer.save_checkpoint = timed_save
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        now = self.sync()
+        self.close_epoch(now)
+        self.epochs.append({"start": now, "checkpoint": 0.0, "validation": 0.0, "steps": 0.0})
+        self.loss_sum = torch.zeros((), device=self.device)
+        self.batches = 0
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self.loss_sum += outputs["loss"].detach()
+        self.batches += 1
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.val_start = self.sync()
+        if self.epochs and not trainer.sanity_checking:
+            self.epochs[-1]["steps"] = self.val_start - self.epochs[-1]["start"]
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.epochs and not trainer.sanity_checking:
+            self.epochs[-1]["validation"] = self.sync() - self.val_start
+            self.val_losses.append(float(trainer.callback_metrics["val/loss"]))
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.losses.append(float(self.loss_sum) / max(1, self.batches))
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.close_epoch(self.sync())
+
+    def close_epoch(self, now: float) -> None:
+        if self.epochs and "total" not in self.epochs[-1]:
+            self.epochs[-1]["total"] = now - self.epochs[-1]["start"]
+
+
+def trainer_side(package: str, args: list[str], device: torch.device) -> dict[str, Any]:
+    """One fit of the project's own CLI-built Trainer; per-epoch times and losses."""
+    cli = importlib.import_module(f"{package}.cli")
+    clock = Clock(device)
+    cli.quiet_known_noise()
+    built = cli.build_cli(args, callbacks=[clock])
+    built.trainer.fit(built.model, datamodule=built.datamodule)
+    return {
+        "epochs": clock.epochs,
+        "steps_per_epoch": clock.batches,
+        "losses": clock.losses,
+        "val_losses": clock.val_losses,
+    }
+
+
+class PerImage(Dataset):
+    """The classic path: one (uint8 image, label) at a time through a torchvision transform."""
+
+    def __init__(self, samples: Dataset, transform: Callable[[Any], Tensor]) -> None:
+        self.samples, self.transform = samples, transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        image, label = self.samples[index]
+        return self.transform(image), label
+
+
+def classic_sets(package: str, dm: Any) -> tuple[Dataset, Dataset]:
+    """Train and val sets of the classic path: torchvision's own dataset class decoding
+    every image on access where there is one, per-image torchvision transforms."""
+    data = importlib.import_module(f"{package}.data")
+    augment = importlib.import_module("test_batch_augment").PER_IMAGE_AUGMENTATION
+    train_tf = v2.Compose([v2.ToImage(), augment, data.eval_transform()])
+    eval_tf = v2.Compose([v2.ToImage(), data.eval_transform()])
+    if hasattr(data, "DATASET"):
+        train = Subset(data.DATASET(dm.root, train=True, transform=train_tf), dm.train_set.indices)
+        val = Subset(data.DATASET(dm.root, train=True, transform=eval_tf), dm.val_set.indices)
+        return train, val
+    return PerImage(dm.train_set, train_tf), PerImage(dm.val_set, eval_tf)
+
+
+def plain_side(
+    package: str,
+    data_kwargs: dict[str, Any],
+    epochs: int,
+    limit: int | None,
+    device: torch.device,
+    classic: bool,
+) -> dict[str, Any]:
+    """The hand-written loop: train_one_epoch (zero_grad/backward/step) and evaluate
+    (no_grad), same backbone, optimizer, schedule, batch size and number of steps."""
+    data = importlib.import_module(f"{package}.data")
+    model_module = importlib.import_module(f"{package}.model")
+    datamodule = importlib.import_module(f"{package}.datamodule")
+    torch.manual_seed(42)  # what the CLI's seed_everything(42) does before building the model
+    dm = data.DataModule(**data_kwargs)
+    dm.prepare_data()
+    dm.setup("fit")
+    network = model_module.SmallCNN(dm.input_shape[0], dm.num_classes).to(device)
+    if classic:
+        train_set, val_set = classic_sets(package, dm)
+        workers = datamodule.default_num_workers()
+        kwargs = {
+            "batch_size": dm.batch_size,
+            "num_workers": workers,
+            "persistent_workers": workers > 0,
+            "pin_memory": device.type == "cuda",
+        }
+        train_loader = DataLoader(train_set, shuffle=True, **kwargs)
+        val_loader = DataLoader(val_set, **kwargs)
+
+        def prepare(batch: Any, training: bool) -> tuple[Tensor, Tensor]:
+            return batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
+    else:
+        train_loader, val_loader = dm.train_dataloader(), dm.val_dataloader()
+
+        def prepare(batch: Any, training: bool) -> tuple[Tensor, Tensor]:
+            images, labels = batch[0].to(device), batch[1].to(device)
+            return dm.normalise(dm.augment(images) if training else images), labels
+
+    per_epoch = min(len(train_loader), limit or len(train_loader))
+    optimizer = torch.optim.AdamW(network.parameters())
+    scheduler = model_module.warmup_cosine(optimizer, epochs * per_epoch, 0.05)
+    loss_fn = nn.CrossEntropyLoss()
+    epochs_timed, losses, val_losses = [], [], []
+    for _ in range(epochs):
+        start = sync(device)
+        losses.append(
+            train_one_epoch(
+                network, train_loader, prepare, optimizer, scheduler, loss_fn, per_epoch
+            )
+        )
+        trained = sync(device)
+        val_losses.append(evaluate(network, val_loader, prepare, loss_fn, limit))
+        epochs_timed.append({"total": sync(device) - start, "steps": trained - start})
+    return {"epochs": epochs_timed, "losses": losses, "val_losses": val_losses}
+
+
+def train_one_epoch(
+    network: nn.Module,
+    loader: Iterable,
+    prepare: Callable,
+    optimizer: Any,
+    scheduler: Any,
+    loss_fn: nn.Module,
+    steps: int,
+) -> float:
+    network.train()
+    total = None
+    for step, batch in enumerate(loader):
+        if step == steps:
+            break
+        x, y = prepare(batch, training=True)
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(network(x), y)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        total = loss.detach() if total is None else total + loss.detach()
+    return float(total) / steps
+
+
+def evaluate(
+    network: nn.Module, loader: Iterable, prepare: Callable, loss_fn: nn.Module, limit: int | None
+) -> float:
+    network.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for step, batch in enumerate(loader):
+            if limit is not None and step == limit:
+                break
+            x, y = prepare(batch, training=False)
+            total = total + loss_fn(network(x), y) * len(y)
+            count += len(y)
+    return float(total) / count
+
+
+def sync(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def compare(options: argparse.Namespace) -> dict[str, Any]:
+    """Trainer (as configured, and without progress bar / with other logging intervals)
+    against the plain loop on the classic per-image path and on the project's data path."""
+    device = torch.device("cuda" if options.accelerator == "gpu" else "cpu")
+    limits = (
+        []
+        if options.limit is None
+        else [
+            "--trainer.limit_train_batches",
+            str(options.limit),
+            "--trainer.limit_val_batches",
+            str(options.limit),
+        ]
+    )
+    base = [
+        "--max_epochs",
+        str(options.epochs),
+        "--accelerator",
+        options.accelerator,
+        "--devices",
+        "1",
+        "--trainer.enable_model_summary",
+        "false",
+        *options.data_args,
+        *limits,
+    ]
+    trainer_variants = {
+        "trainer": [],
+        "trainer_no_progress_bar": ["--trainer.enable_progress_bar", "false"],
+        "trainer_log_every_step": ["--trainer.log_every_n_steps", "1"],
+        "trainer_log_never": ["--trainer.log_every_n_steps", "1000000"],
+    }
+    data_kwargs = data_kwargs_of(options.data_args)
+    results: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(options.rounds):
+        for name, extra in trainer_variants.items():
+            results.setdefault(name, []).append(
+                trainer_side(options.package, [*base, *extra], device)
+            )
+        for name, classic in (("plain_classic", True), ("plain_fast_data", False)):
+            results.setdefault(name, []).append(
+                plain_side(
+                    options.package, data_kwargs, options.epochs, options.limit, device, classic
+                )
+            )
+    return results
+
+
+def data_kwargs_of(data_args: list[str]) -> dict[str, Any]:
+    pairs = zip(data_args[::2], data_args[1::2], strict=True)
+    return {key.removeprefix("--data."): int(v) if v.isdigit() else v for key, v in pairs}
+
+
+def throughput(options: argparse.Namespace) -> dict[str, Any]:
+    """Training samples per second out of the loader, augmented and normalised as the
+    model gets them, at num_workers 0 and the default; the classic path beside it."""
+    data = importlib.import_module(f"{options.package}.data")
+    datamodule = importlib.import_module(f"{options.package}.datamodule")
+    device = torch.device("cuda" if options.accelerator == "gpu" else "cpu")
+    results: dict[str, list[float]] = {}
+    workers_options = sorted({0, datamodule.default_num_workers()})
+    for _ in range(options.rounds):
+        for workers in workers_options:
+            dm = data.DataModule(**{**data_kwargs_of(options.data_args), "num_workers": workers})
+            dm.prepare_data()
+            dm.setup("fit")
+            dm.trainer = Trainer(accelerator=options.accelerator, devices=1, logger=False)
+            dm.trainer.training = True
+            loader = dm.train_dataloader()
+
+            def through_hook(batch: Any, dm: Any = dm) -> Any:
+                moved = (batch[0].to(device), batch[1].to(device))
+                return dm.on_after_batch_transfer(moved, 0)
+
+            results.setdefault(f"workers={workers}", []).append(
+                samples_per_second(loader, through_hook, options.limit, device)
+            )
+            if isinstance(dm, datamodule.InMemoryDataModule):
+                classic, _ = classic_sets(options.package, dm)
+                loader = DataLoader(
+                    classic,
+                    batch_size=dm.batch_size,
+                    shuffle=True,
+                    num_workers=workers,
+                    persistent_workers=workers > 0,
+                )
+                results.setdefault(f"classic workers={workers}", []).append(
+                    samples_per_second(
+                        loader, lambda b: (b[0].to(device), b[1]), options.limit, device
+                    )
+                )
+    return results
+
+
+def samples_per_second(
+    loader: DataLoader, finish: Callable, limit: int | None, device: torch.device
+) -> float:
+    """Samples per second over one pass, after the first batch (which starts the workers)."""
+    batches = iter(loader)
+    finish(next(batches))
+    start, count = sync(device), 0
+    for step, batch in enumerate(batches):
+        if limit is not None and step == limit:
+            break
+        x, _ = finish(batch)
+        count += len(x)
+    return count / (sync(device) - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("question", choices=["compare", "throughput"])
+    parser.add_argument("--package", required=True)
+    parser.add_argument("--data-args", default="[]", type=json.loads)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--limit", type=int, default=None, help="batches per epoch (all: None)")
+    parser.add_argument("--accelerator", default="cpu", choices=["cpu", "gpu"])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    options = parser.parse_args()
+    if options.threads is not None:
+        torch.set_num_threads(options.threads)
+    # The stand-in CIFAR-10 files cannot match the official checksums; the tests trust them too.
+    trust = getattr(importlib.import_module("fake_data"), "trust_local_files", None)
+    if trust is not None:
+        trust()
+    with tempfile.TemporaryDirectory() as folder:
+        os.chdir(folder)  # run folders and checkpoints of the Trainer go there
+        result = {"compare": compare, "throughput": throughput}[options.question](options)
+    options.out.write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
