@@ -117,7 +117,7 @@ def test_debug_overfit_drives_the_training_loss_near_zero(train: Callable) -> No
     train("--config", str(DEBUG / "overfit.yaml"))
     losses = [value for _, value in scalars(RUN, "train/loss_epoch")]
     assert len(losses) == 50
-    assert losses[-1] < 0.05, f"training loss ended at {losses[-1]:.3f}"
+    assert losses[-1] < 0.1, f"training loss ended at {losses[-1]:.3f}"
 
 
 def test_debug_limit_uses_a_quarter_of_each_split(

@@ -54,6 +54,7 @@ class ImageDataModule(L.LightningDataModule):
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
         self._resume_from: dict[str, Any] | None = None
+        self._epoch_finished = False
 
     @property
     def num_classes(self) -> int:
@@ -64,6 +65,10 @@ class ImageDataModule(L.LightningDataModule):
         if self._resume_from is not None:
             loader.load_state_dict(self._resume_from)
             self._resume_from = None
+            if self._epoch_finished:
+                # Replay the finished epoch's order once, leaving the shuffling generator where
+                # the next epoch starts, as it was in the run that wrote the checkpoint.
+                iter(loader)
         return loader
 
     def val_dataloader(self) -> DataLoader:
@@ -83,12 +88,15 @@ class ImageDataModule(L.LightningDataModule):
         loader = self.trainer.train_dataloader if self.trainer is not None else None
         if isinstance(loader, StatefulDataLoader):
             state["train_loader"] = loader.state_dict()
+            served = self.trainer.fit_loop.epoch_loop.batch_progress.current.ready
+            state["epoch_finished"] = served >= self.trainer.num_training_batches
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # Restored before the Trainer first asks for the loader (it does so early, to size the
         # LR schedule, before its own loop state is restored), so the first loader resumes.
         self._resume_from = state_dict.get("train_loader")
+        self._epoch_finished = state_dict.get("epoch_finished", False)
 
     def split(self, train: Dataset, evaluation: Dataset) -> tuple[Subset, Subset]:
         """Seeded train/val split of one dataset seen through two transforms.

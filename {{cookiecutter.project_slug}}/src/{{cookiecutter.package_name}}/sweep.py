@@ -6,6 +6,8 @@ python sweep.py --n_trials 20             again: continues the study where it st
 """
 
 import contextlib
+import copy
+import json
 import os
 import signal
 import sys
@@ -24,6 +26,7 @@ from optuna_integration import PyTorchLightningPruningCallback
 
 from .cli import main
 from .datamodule import ConfigError
+from .loggers import LOGGER
 from .search_space import Sweep, check_train_args, flags, parse
 
 # Lightning's DDP launcher starts the other processes of a trial by running this same
@@ -133,13 +136,20 @@ def suggest(trial: Trial, key: str, dist: BaseDistribution) -> Any:
     return trial.suggest_float(key, dist.low, dist.high, step=dist.step, log=dist.log)
 
 
+def trial_logger(folder: Path, name: str) -> str:
+    """The project's logger(s), the first writing its run folder to folder/name, as JSON."""
+    loggers = copy.deepcopy(LOGGER)
+    first = loggers[0] if isinstance(loggers, list) else loggers
+    first["init_args"] = {**first["init_args"], "save_dir": str(folder), "name": name}
+    return json.dumps(loggers)
+
+
 def run_trial(trial: Trial, sweep: Sweep) -> PyTorchLightningPruningCallback:
     """Train with this trial's values into runs/sweeps/<study>/trial_<N>/; return the pruner."""
     values = {key: suggest(trial, key, dist) for key, dist in sweep.space.items()}
     args = [
         *sweep.train_args,
-        "--trainer.logger.init_args.save_dir", str(sweep.folder),
-        "--trainer.logger.init_args.name", f"trial_{trial.number:03d}",
+        "--trainer.logger", trial_logger(sweep.folder, f"trial_{trial.number:03d}"),
         # The kept checkpoint, and the one tested, is the best by the sweep's metric.
         "--checkpoint.monitor", sweep.metric,
         "--checkpoint.mode", "max" if sweep.direction == "maximize" else "min",

@@ -15,7 +15,11 @@ def test_metrics_reach_the_local_mlflow_store_and_the_run_folder(train: Callable
     metrics = train()
     client = MlflowClient(tracking_uri=TRACKING_URI)
     experiment = client.get_experiment_by_name("default")
-    (run,) = client.search_runs([experiment.experiment_id])
+    # MLflow caches its store per tracking URI for the whole process, so earlier tests' runs
+    # may share it: this test's run is the newest one.
+    (run,) = client.search_runs(
+        [experiment.experiment_id], order_by=["attributes.start_time DESC"], max_results=1
+    )
     assert run.info.status == "FINISHED"
     assert run.data.metrics["test/acc"] == pytest.approx(metrics["test/acc"])
     assert [m.step for m in client.get_metric_history(run.info.run_id, "val/acc")]

@@ -87,9 +87,10 @@ class DataModule(InMemoryDataModule):
             DATASET(self.root, train=True, download=True)
             DATASET(self.root, train=False, download=True)
         except (OSError, RuntimeError) as error:  # no network, a proxy, a full disk, ...
+            reason = " ".join(str(error).split())
             raise ConfigError(
                 f"{DATASET.__name__} is not complete in data.root {str(self.root)!r} and could "
-                f"not be downloaded ({error}); copy its files there or check the network"
+                f"not be downloaded ({reason}); copy its files there or check the network"
             ) from None
 
     def setup(self, stage: str | None = None) -> None:
