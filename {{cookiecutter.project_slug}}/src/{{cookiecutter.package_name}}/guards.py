@@ -26,9 +26,11 @@ class RngState(L.Callback):
 
     def state_dict(self) -> dict[str, Any]:
         version, mt_state, position, has_gauss, gauss = np.random.get_state()
+        # int64, because torch before 2.4 cannot save a uint32 tensor.
+        mt_state = torch.from_numpy(mt_state.astype(np.int64))
         state = {
             "python": random.getstate(),
-            "numpy": [version, torch.from_numpy(mt_state.copy()), position, has_gauss, gauss],
+            "numpy": [version, mt_state, position, has_gauss, gauss],
             "torch": torch.get_rng_state(),
         }
         if torch.cuda.is_available():
@@ -38,7 +40,8 @@ class RngState(L.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         random.setstate(state_dict["python"])
         version, mt_state, position, has_gauss, gauss = state_dict["numpy"]
-        np.random.set_state((version, mt_state.numpy(), position, has_gauss, gauss))
+        mt_state = mt_state.numpy().astype(np.uint32)
+        np.random.set_state((version, mt_state, position, has_gauss, gauss))
         torch.set_rng_state(state_dict["torch"])
         if "cuda" in state_dict and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state_dict["cuda"])
