@@ -210,8 +210,10 @@ def summary(trainer: Trainer, metrics: dict[str, float], log_dir: str) -> str:
     checkpoint = trainer.checkpoint_callback
     best = "none"
     if checkpoint is not None and checkpoint.best_model_path:
-        score = f"{checkpoint.monitor} {checkpoint.best_model_score:.4f}"
-        best = f"{checkpoint.best_model_path}  ({score})"
+        best = checkpoint.best_model_path
+        # ddp_spawn hands the path back to this process, not the score.
+        if checkpoint.best_model_score is not None:
+            best += f"  ({checkpoint.monitor} {checkpoint.best_model_score:.4f})"
     tested = "  ".join(f"{key} {value:.4f}" for key, value in sorted(metrics.items()))
     rows = {
         "Best checkpoint": best,
@@ -325,7 +327,15 @@ def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
         path = Path(log_dir) / "test_metrics.json"
         path.write_text(json.dumps({"checkpoint": best, **metrics}, indent=2) + "\n")
         print(summary(trainer, metrics, log_dir))
+    end_logger_runs()
     if torch.distributed.is_initialized():
         # Shut the process group down cleanly; left to interpreter exit, gloo can abort.
         torch.distributed.destroy_process_group()
     return metrics
+
+
+def end_logger_runs() -> None:
+    """Close a W&B run: otherwise the next run in this process (a sweep trial) would reuse it."""
+    wandb = sys.modules.get("wandb")  # imported only if a WandbLogger was used
+    if wandb is not None and wandb.run is not None:
+        wandb.run.finish()
