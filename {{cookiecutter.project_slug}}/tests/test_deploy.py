@@ -302,6 +302,7 @@ def image_request(path: Path) -> bytes:
     return json.dumps({"image": base64.b64encode(path.read_bytes()).decode()}).encode()
 
 
+@pytest.mark.slow
 def test_server_answers_images_and_rejects_bad_requests(server: str, tmp_path: Path) -> None:
     files = write_images(tmp_path / "images")
     status, answer = post(server, image_request(files[0]))

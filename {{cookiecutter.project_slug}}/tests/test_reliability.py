@@ -59,6 +59,7 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(
         assert torch.equal(final["state_dict"][name], tensor), name
 
 
+@pytest.mark.slow
 def test_a_kill_while_writing_a_checkpoint_leaves_the_previous_one_intact(
     command: Callable, tmp_path: Path
 ) -> None:
@@ -68,7 +69,7 @@ def test_a_kill_while_writing_a_checkpoint_leaves_the_previous_one_intact(
     assert saved_step(tmp_path / RUN / "version_0") == 5
 
 
-@pytest.mark.parametrize("name", ["SIGTERM", "SIGUSR1"])
+@pytest.mark.parametrize("name", ["SIGTERM", pytest.param("SIGUSR1", marks=pytest.mark.slow)])
 def test_preemption_signal_saves_a_checkpoint_and_exits_cleanly(
     name: str, train: Callable, command: Callable, tmp_path: Path
 ) -> None:

@@ -144,6 +144,7 @@ def test_sbatch_script_checkpoints_before_the_time_limit() -> None:
     assert '--devices "$SLURM_NTASKS_PER_NODE"' in text and '--num_nodes "$SLURM_NNODES"' in text
 
 
+@pytest.mark.slow
 def test_gpu_check_exits_cleanly_without_a_gpu() -> None:
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: run scripts/gpu_check.sh to measure it")

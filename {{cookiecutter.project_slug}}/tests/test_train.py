@@ -173,6 +173,7 @@ def test_print_config_shows_the_complete_config(
     assert config["model"]["backbone"]["class_path"].endswith("SmallCNN")
 
 
+@pytest.mark.slow
 def test_two_processes_train_with_ddp_on_cpu(command: Callable, tmp_path: Path) -> None:
     result = subprocess.run(
         command("--devices", "2", "--strategy", "ddp", "--max_epochs", "1"),
