@@ -10,9 +10,6 @@ from helpers import CASES, DATASET_CASES, DEFAULTS, QUESTIONS, render, run
 
 # The renders whose own test suite runs: between them, every value of every question.
 SUITE_RUNS = {case: {**DEFAULTS, **CASES[case]} for case in DATASET_CASES}
-# The renders that run their slow tests too: one per data path.
-SLOW_TOO = ("digits", "image_folder")
-
 
 def test_suite_runs_cover_every_answer() -> None:
     assert missing_values(QUESTIONS, SUITE_RUNS.values()) == {}
@@ -31,10 +28,9 @@ def test_generated_suite_passes(tmp_path, case: str) -> None:
     install = run([*pip, str(rendered.path)], cwd=tmp_path)
     assert install.returncode == 0, install.stdout
 
-    # digits (the in-memory data path) and image_folder (per-image files and workers) also
-    # run their slow tests (several processes, torch.compile); mnist, fashion_mnist and cifar10
-    # share digits' data path, so their default selection covers what is theirs.
-    select = ["-m", ""] if case in SLOW_TOO else []
+    # The digits render also runs its slow tests (several processes, torch.compile); the
+    # others run their default selection, which covers everything dataset-specific.
+    select = ["-m", ""] if case == "digits" else []
     tests = run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *select],
         cwd=rendered.path,
