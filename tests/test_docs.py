@@ -84,3 +84,17 @@ def test_questions_page_follows_a_new_question(tmp_path: Path) -> None:
     assert "Where metrics go" in section
     assert "| `tensorboard` (default) | TensorBoard event files |" in section
     assert "| `csv` | one CSV file per run |" in section
+
+
+def test_readme_table_lists_every_question_with_its_choices() -> None:
+    rows = {
+        line.split("|")[1].strip().strip("`"): line
+        for line in (REPO / "README.md").read_text().splitlines()
+        if line.startswith("| `")
+    }
+    for question, default in json.loads((REPO / "cookiecutter.json").read_text()).items():
+        if question.startswith("_"):
+            continue
+        assert question in rows, f"README.md's question table misses {question}"
+        for choice in default if isinstance(default, list) else []:
+            assert choice in rows[question], f"README.md: {question} misses {choice}"

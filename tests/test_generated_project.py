@@ -11,6 +11,7 @@ from helpers import CASES, DATASET_CASES, DEFAULTS, QUESTIONS, render, run
 # The renders whose own test suite runs: between them, every value of every question.
 SUITE_RUNS = {case: {**DEFAULTS, **CASES[case]} for case in DATASET_CASES}
 
+
 def test_suite_runs_cover_every_answer() -> None:
     assert missing_values(QUESTIONS, SUITE_RUNS.values()) == {}
 
