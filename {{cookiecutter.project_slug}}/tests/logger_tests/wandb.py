@@ -1,32 +1,54 @@
 """The W&B logger: an offline run written under runs/wandb/, with no account and no network."""
 
+import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import lightning as L
 import pytest
-import wandb
+from conftest import FAST
+from lightning.pytorch.loggers import WandbLogger
+
+from {{ cookiecutter.package_name }}.cli import main
 
 RUN = Path("runs/default/version_0")
 
 
-@pytest.fixture(autouse=True)
-def fresh_wandb_service() -> None:
-    # W&B's background service resolves the relative runs/wandb against the folder it started
-    # in; these tests each train in a folder of their own, so each gets a service of its own.
-    wandb.teardown()
-
-
-def test_an_offline_wandb_run_is_written_next_to_the_run_folder(train: Callable) -> None:
-    train()
-    (offline,) = Path("runs/wandb").glob("offline-run-*")
+def test_an_offline_wandb_run_is_written_next_to_the_run_folder(
+    command: Callable, tmp_path: Path
+) -> None:
+    # In a process of its own, as train.py runs, with a W&B service of its own: the service
+    # writes the history relative to the folder it started in, and an earlier in-process run
+    # of this session left its address in WANDB_SERVICE.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}
+    result = subprocess.run(
+        command(), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (offline,) = (tmp_path / "runs" / "wandb").glob("offline-run-*")
     (history,) = offline.glob("run-*.wandb")
     assert history.stat().st_size > 0
-    assert (RUN / "metrics.csv").is_file() and (RUN / "checkpoints" / "last.ckpt").is_file()
+    assert (tmp_path / RUN / "metrics.csv").is_file()
+    assert (tmp_path / RUN / "checkpoints" / "last.ckpt").is_file()
 
 
-def test_each_run_in_one_process_gets_its_own_wandb_run(train: Callable) -> None:
+class WandbRunIds(L.Callback):
+    """Records the W&B run each fit logs into."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.ids += [lg.experiment.id for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+
+
+def test_each_run_in_one_process_gets_its_own_wandb_run(
+    data_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Sweep trials run one after another in one process; none may log into another's run.
-    train()
-    train()
-    assert len(list(Path("runs/wandb").glob("offline-run-*"))) == 2
-    assert sorted(p.name for p in Path("runs/default").iterdir()) == ["version_0", "version_1"]
+    monkeypatch.chdir(tmp_path)
+    runs = WandbRunIds()
+    main([*FAST, *data_args], callbacks=[runs])
+    main([*FAST, *data_args], callbacks=[runs])
+    assert len(runs.ids) == 2 and runs.ids[0] != runs.ids[1]
