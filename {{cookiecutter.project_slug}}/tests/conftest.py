@@ -1,5 +1,6 @@
 """Fixtures shared by the tests: tiny data on disk and short training runs in a temp folder."""
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +26,19 @@ FAST = [
     "--trainer.enable_progress_bar", "false",
     "--trainer.enable_model_summary", "false",
 ]  # fmt: skip
+
+
+@pytest.fixture
+def caplog(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> pytest.LogCaptureFixture:
+    """pytest's caplog, seeing Lightning's messages too (rank_zero_info: the epoch lines).
+
+    Lightning's logger stops propagating to the root logger when the root has no handler at
+    import time. pytest before 9.2 attaches caplog to the root logger only: it saw nothing.
+    """
+    monkeypatch.setattr(logging.getLogger("lightning.pytorch"), "propagate", True)
+    return caplog
 
 
 @pytest.fixture

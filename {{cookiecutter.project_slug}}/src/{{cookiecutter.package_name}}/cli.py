@@ -330,8 +330,24 @@ def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
     end_logger_runs()
     if torch.distributed.is_initialized():
         # Shut the process group down cleanly; left to interpreter exit, gloo can abort.
-        torch.distributed.destroy_process_group()
+        destroy_process_group()
     return metrics
+
+
+def destroy_process_group() -> None:
+    """destroy_process_group, without the gloo deadlock of torch before 2.8.
+
+    There, the process group's destructor holds the GIL while it joins gloo's worker threads,
+    and a worker freeing the tensors of a finished collective (the last broadcast) waits for
+    the GIL: both wait forever. The gloo backend's own Python object releases the GIL when it
+    is destroyed, so it is held while the group goes and let go last.
+    """
+    world = torch.distributed.group.WORLD
+    cpu = torch.device("cpu")
+    gloo = world._get_backend(cpu) if "gloo" in torch.distributed.get_backend(world) else None
+    del world
+    torch.distributed.destroy_process_group()
+    del gloo  # the last reference: gloo's threads stop here, with the GIL released
 
 
 def end_logger_runs() -> None:

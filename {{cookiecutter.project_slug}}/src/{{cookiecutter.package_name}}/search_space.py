@@ -137,7 +137,9 @@ def read_space(path: Path) -> Any:
     parser.add_argument("--pruner", type=BasePruner, default=lazy_instance(MedianPruner))
     parser.add_argument("--params", type=dict[str, dict[str, Any]], default={})
     try:
-        return parser.instantiate(parser.parse_path(path, defaults=True))
+        # jsonargparse 4.49 renamed instantiate_classes (Lightning 2.5.2 admits 4.39).
+        instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes
+        return instantiate(parser.parse_path(path, defaults=True))
     except Exception as error:
         raise ConfigError(f"{path}: {one_line(error)} (keys: {', '.join(SPACE_KEYS)})") from error
 
