@@ -137,7 +137,7 @@ def read_space(path: Path) -> Any:
     parser.add_argument("--pruner", type=BasePruner, default=lazy_instance(MedianPruner))
     parser.add_argument("--params", type=dict[str, dict[str, Any]], default={})
     try:
-        # jsonargparse 4.49 renamed instantiate_classes (Lightning 2.5.2 admits 4.39).
+        # jsonargparse 4.49 renamed instantiate_classes; this project admits 4.41.
         instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes
         return instantiate(parser.parse_path(path, defaults=True))
     except Exception as error:
