@@ -1,10 +1,11 @@
 """Fixtures shared by the tests: tiny data on disk and short training runs in a temp folder."""
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from lightning.pytorch import Callback
 
 from {{ cookiecutter.package_name }}.cli import main
 from {{ cookiecutter.package_name }}.data import DataModule
@@ -46,8 +47,8 @@ def train(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data_args: list[str])
     """Run `train.py` in-process inside tmp_path with FAST settings plus the given args."""
     monkeypatch.chdir(tmp_path)
 
-    def run(*args: str) -> dict[str, float]:
-        return main([*FAST, *data_args, *args])
+    def run(*args: str, callbacks: Sequence[Callback] = ()) -> dict[str, float]:
+        return main([*FAST, *data_args, *args], callbacks=callbacks)
 
     return run
 

@@ -6,11 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
-import pytest
-from conftest import FAST
 from lightning.pytorch.loggers import WandbLogger
-
-from {{ cookiecutter.package_name }}.cli import main
 
 RUN = Path("runs/default/version_0")
 
@@ -43,12 +39,9 @@ class WandbRunIds(L.Callback):
         self.ids += [lg.experiment.id for lg in trainer.loggers if isinstance(lg, WandbLogger)]
 
 
-def test_each_run_in_one_process_gets_its_own_wandb_run(
-    data_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_each_run_in_one_process_gets_its_own_wandb_run(train: Callable) -> None:
     # Sweep trials run one after another in one process; none may log into another's run.
-    monkeypatch.chdir(tmp_path)
     runs = WandbRunIds()
-    main([*FAST, *data_args], callbacks=[runs])
-    main([*FAST, *data_args], callbacks=[runs])
+    train(callbacks=[runs])
+    train(callbacks=[runs])
     assert len(runs.ids) == 2 and runs.ids[0] != runs.ids[1]
