@@ -189,6 +189,13 @@ def summarise_compare(dataset: str, results: dict[str, list[dict[str, Any]]]) ->
         ("sum of fixed costs", fixed),
     ):
         rows.append(row(f"{dataset}: Trainer per epoch, {label}", "s", values))
+    rows.append(
+        row(
+            f"{dataset}: Trainer, one drawing of the curves (at most one a minute, and at fit end)",
+            "s",
+            [statistics.median(run["drawings"]) for run in runs],
+        )
+    )
     for on, off, label in (
         ("trainer", "trainer_no_progress_bar", "progress bar (on vs off)"),
         ("trainer_log_every_step", "trainer_log_never", "logging every step (vs never)"),

@@ -24,13 +24,15 @@ from torchvision.transforms import v2
 
 class Clock(Callback):
     """Wall time of every epoch (training steps, validation, checkpoints, logging), of its
-    training steps alone, of its validation loop and of its checkpoint writes."""
+    training steps alone, of its validation loop and of its checkpoint writes; and of every
+    drawing of the training curves."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.epochs: list[dict[str, float]] = []
         self.losses: list[float] = []
         self.val_losses: list[float] = []
+        self.drawings: list[float] = []
 
     def sync(self) -> float:
         if self.device.type == "cuda":
@@ -47,6 +49,18 @@ class Clock(Callback):
                 self.epochs[-1]["checkpoint"] += self.sync() - start
 
         trainer.save_checkpoint = timed_save
+        # The curves are drawn at most once a minute and at the end of fit: each drawing is
+        # timed on its own, since a short fit never draws during an epoch.
+        for callback in trainer.callbacks:
+            if type(callback).__name__ == "TrainingCurves":
+                draw = callback.draw
+
+                def timed_draw(draw: Callable[[], None] = draw) -> None:
+                    start = time.perf_counter()
+                    draw()
+                    self.drawings.append(time.perf_counter() - start)
+
+                callback.draw = timed_draw
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         now = self.sync()
@@ -94,6 +108,7 @@ def trainer_side(package: str, args: list[str], device: torch.device) -> dict[st
         "steps_per_epoch": clock.batches,
         "losses": clock.losses,
         "val_losses": clock.val_losses,
+        "drawings": clock.drawings,
     }
 
 

@@ -2,6 +2,7 @@
 
 import contextlib
 import hashlib
+import importlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from cookiecutter.main import cookiecutter
@@ -124,6 +126,29 @@ def render(workdir: Path, **answers: str) -> Render:
     )
     (replay,) = (settings / "replay").glob("*.json")
     return Render(Path(project), json.loads(replay.read_text()))
+
+
+def import_cli(rendered: Render) -> ModuleType:
+    """Import the render's `<package>.cli` from its src/, in this process.
+
+    Lightning and the rest are imported once for all renders (a new interpreter per render
+    spends seconds on that alone); the render's own modules are imported afresh each time
+    and removed again after, whichever render came before.
+    """
+    package = rendered.answers["package_name"]
+
+    def forget() -> None:
+        for name in [n for n in sys.modules if n == package or n.startswith(f"{package}.")]:
+            del sys.modules[name]
+
+    saved = list(sys.path)
+    forget()
+    sys.path.insert(0, str(rendered.path / "src"))
+    try:
+        return importlib.import_module(f"{package}.cli")
+    finally:
+        sys.path[:] = saved
+        forget()
 
 
 def files(root: Path) -> list[Path]:

@@ -34,6 +34,7 @@ def test_every_question_is_measured_and_written(bench: tuple[list[dict], dict, s
         "digits: epoch, plain loop, classic",
         "digits: Trainer / plain loop (same data path)",
         "digits: Trainer per epoch, sum of fixed costs",
+        "digits: Trainer, one drawing of the curves",
         "digits: cost per training step of progress bar",
         "start-up: python train.py --help",
         "start-up: import share",

@@ -1,12 +1,12 @@
 """Every render: fully rendered, only the chosen options' files, lint-clean, importable."""
 
 import re
-import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 
-from helpers import Render, files, render, ruff, run
+from helpers import Render, files, import_cli, render, ruff, run
 
 # Jinja left behind: `{{`, `{%`, `{#` or the word cookiecutter. GitHub Actions
 # expressions `${{ ... }}` are meant to stay.
@@ -118,13 +118,8 @@ def test_ruff_clean(rendered: Render, command: tuple[str, ...]) -> None:
 
 
 def test_cli_imports(rendered: Render) -> None:
-    package = rendered.answers["package_name"]
-    result = run(
-        [sys.executable, "-c", f"import {package}.cli"],
-        cwd=rendered.path,
-        PYTHONPATH=str(rendered.path / "src"),
-    )
-    assert result.returncode == 0, result.stdout
+    cli = import_cli(rendered)
+    assert Path(cli.__file__).is_relative_to(rendered.path / "src")
 
 
 def test_output_path_with_spaces(tmp_path) -> None:
@@ -132,9 +127,5 @@ def test_output_path_with_spaces(tmp_path) -> None:
     assert rendered.path.parent == tmp_path / "my projects" / "café 2" / "out"
     assert not (rendered.path / "licenses").exists(), "the post-generation hook did not run"
     assert (rendered.path / "LICENSE").is_file()
-    result = run(
-        [sys.executable, "-c", f"import {rendered.answers['package_name']}.cli"],
-        cwd=rendered.path,
-        PYTHONPATH=str(rendered.path / "src"),
-    )
-    assert result.returncode == 0, result.stdout
+    cli = import_cli(rendered)
+    assert Path(cli.__file__).is_relative_to(rendered.path / "src")

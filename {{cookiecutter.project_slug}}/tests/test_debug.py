@@ -7,7 +7,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 import torch
-from lightning import Trainer
+from lightning import Callback, Trainer
 from lightning.pytorch.utilities.model_summary import ModelSummary
 from logged import scalars
 from torch import Tensor, nn
@@ -71,6 +71,35 @@ def test_run_draws_curves_and_confusion_matrix_and_logs_grad_norms_and_throughpu
     assert scalars(RUN, "grad_2.0_norm/head.1.weight")
     assert scalars(RUN, "train/device/samples_per_sec")
     assert scalars(RUN, "train/device/batches_per_sec")
+
+
+class CurvesSeen(Callback):
+    """Notes at the start of every epoch after the first whether the curves are drawn yet."""
+
+    def __init__(self) -> None:
+        self.seen: list[bool] = []
+
+    def on_train_epoch_start(self, trainer: Trainer, *_: object) -> None:
+        if trainer.current_epoch > 0:
+            self.seen.append((RUN / "plots" / "loss.png").is_file())
+
+
+@pytest.mark.parametrize(
+    ("every_n_seconds", "drawn_during_fit"), [("0", [True, True]), ("3600", [False, False])]
+)
+def test_curves_are_redrawn_after_a_validation_once_their_interval_has_passed(
+    train: Callable, every_n_seconds: str, drawn_during_fit: list[bool]
+) -> None:
+    seen = CurvesSeen()
+    train("--max_epochs", "3", "--curves.every_n_seconds", every_n_seconds, callbacks=[seen])
+    assert seen.seen == drawn_during_fit
+    assert_image(RUN / "plots" / "loss.png")  # drawn at the end of fit, whatever the interval
+
+
+def test_a_negative_curves_interval_is_refused_in_one_line(train: Callable) -> None:
+    with pytest.raises(SystemExit, match=r"^error: curves.every_n_seconds is -1.0; accepted: 0"):
+        train("--curves.every_n_seconds", "-1")
+    assert not Path("runs").exists()
 
 
 def test_model_summary_shows_input_and_output_shapes(make_datamodule: Callable) -> None:

@@ -5,6 +5,7 @@ needs no display.
 """
 
 import itertools
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ import lightning as L
 from matplotlib.figure import Figure
 from torch import Tensor
 from torchmetrics.classification import MulticlassConfusionMatrix
+
+from .datamodule import ConfigError
 
 # file name -> (title, y label, the logged metrics drawn in it)
 CURVES = {
@@ -26,14 +29,27 @@ VAL_KEYS = ("val/loss", "val/acc")
 class TrainingCurves(L.Callback):
     """Draws loss, accuracy and learning-rate curves from the metrics the run logged.
 
-    Redrawn after every `every_n_epochs`-th validation and at the end of fit. The
-    history is kept in checkpoints, so a resumed run draws the whole run.
+    Redrawn after a validation once `every_n_seconds` have passed since the last drawing
+    (0: after every validation), and at the end of fit. A drawing takes about a quarter of
+    a second on a CPU, so the default keeps it under 0.5% of a long run while a run of a
+    few seconds draws once. The history is kept in checkpoints, so a resumed run draws the
+    whole run.
     """
 
-    def __init__(self, every_n_epochs: int = 5) -> None:
-        self.every_n_epochs = every_n_epochs
+    def __init__(self, every_n_seconds: float = 60.0) -> None:
+        if every_n_seconds < 0:
+            raise ConfigError(f"curves.every_n_seconds is {every_n_seconds}; accepted: 0 or more")
+        self.every_n_seconds = every_n_seconds
         self.epochs: dict[str, dict[int, float]] = {key: {} for key in (*TRAIN_KEYS, *VAL_KEYS)}
         self.learning_rates: dict[int, float] = {}
+        self.folder: Path | None = None
+        self.last_drawn = 0.0
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Found once, here, where every rank calls it: drawing is then rank 0's alone, so
+        # its clock may decide when without the other ranks taking part.
+        self.folder = plots_folder(trainer)
+        self.last_drawn = time.monotonic()
 
     def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
         if trainer.optimizers:
@@ -47,26 +63,26 @@ class TrainingCurves(L.Callback):
         if trainer.sanity_checking:
             return
         self._record(trainer, VAL_KEYS, trainer.current_epoch)
-        if (trainer.current_epoch + 1) % self.every_n_epochs == 0:
-            self.draw(trainer)
+        if time.monotonic() - self.last_drawn >= self.every_n_seconds:
+            self.draw()
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._record(trainer, TRAIN_KEYS, trainer.current_epoch - 1)
-        self.draw(trainer)
+        self.draw()
 
-    def draw(self, trainer: L.Trainer) -> None:
-        folder = plots_folder(trainer)
-        if folder is None:
+    def draw(self) -> None:
+        self.last_drawn = time.monotonic()
+        if self.folder is None:
             return
         for name, (title, ylabel, keys) in CURVES.items():
             series = {key: self.epochs[key] for key in keys if self.epochs[key]}
             if series:
-                save(line_plot(title, "epoch", ylabel, series), folder / name)
+                save(line_plot(title, "epoch", ylabel, series), self.folder / name)
         if self.learning_rates:
             figure = line_plot(
                 "Learning rate", "step", "learning rate", {"lr": self.learning_rates}
             )
-            save(figure, folder / "learning_rate.png")
+            save(figure, self.folder / "learning_rate.png")
 
     def state_dict(self) -> dict[str, Any]:
         return {"epochs": self.epochs, "learning_rates": self.learning_rates}
