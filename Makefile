@@ -39,6 +39,6 @@ docs: venv
 # Side by side: the generated project against a plain PyTorch loop, start-up, loaders.
 # The table goes to the terminal, everything to build/bench/full/results.json;
 # BENCH_ARGS adds options, e.g. BENCH_ARGS="--accelerator gpu" (see benchmarks/README.md).
-BENCH_ARGS ?= --threads 1 --mnist-batches 20 --loader-batches 50
+BENCH_ARGS ?= --mnist-batches 20 --loader-batches 50
 bench: venv
 	$(PYTHON) benchmarks/bench.py $(BENCH_ARGS)

@@ -243,7 +243,7 @@ def sync(device: torch.device) -> float:
 
 
 def compare(options: argparse.Namespace) -> dict[str, Any]:
-    """Trainer (as configured, and without progress bar / with other logging intervals)
+    """Trainer (as configured; without the bar, with Rich's bar, at other logging intervals)
     against the plain loop on the classic per-image path and on the project's data path."""
     device = torch.device("cuda" if options.accelerator == "gpu" else "cpu")
     limits = (
@@ -271,9 +271,12 @@ def compare(options: argparse.Namespace) -> dict[str, Any]:
     trainer_variants = {
         "trainer": [],
         "trainer_no_progress_bar": ["--trainer.enable_progress_bar", "false"],
+        "trainer_rich_bar": ["--trainer.callbacks+=lightning.pytorch.callbacks.RichProgressBar"],
         "trainer_log_every_step": ["--trainer.log_every_n_steps", "1"],
         "trainer_log_never": ["--trainer.log_every_n_steps", "1000000"],
     }
+    if not options.overhead_variants:
+        trainer_variants = {"trainer": []}
     data_kwargs = data_kwargs_of(options.data_args)
     results: dict[str, list[dict[str, Any]]] = {}
     for _ in range(options.rounds):
@@ -362,6 +365,12 @@ def main() -> None:
     parser.add_argument("--accelerator", default="cpu", choices=["cpu", "gpu"])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument(
+        "--overhead-variants",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="compare: also fit without the progress bar and at other logging intervals",
+    )
     options = parser.parse_args()
     if options.threads is not None:
         torch.set_num_threads(options.threads)

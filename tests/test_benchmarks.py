@@ -3,6 +3,10 @@
 import importlib.util
 import json
 import math
+import os
+import subprocess
+import sys
+from types import ModuleType
 
 import pytest
 
@@ -10,10 +14,17 @@ from helpers import REPO
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], dict, str]:
+def module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("bench", REPO / "benchmarks" / "bench.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench(
+    module: ModuleType, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[list[dict], dict, str]:
     workdir = tmp_path_factory.mktemp("bench")
     out = workdir / "results.json"
     args = ["--quick", "--compare", "digits", "--loaders", "digits", "--workdir", str(workdir)]
@@ -36,6 +47,7 @@ def test_every_question_is_measured_and_written(bench: tuple[list[dict], dict, s
         "digits: Trainer per epoch, sum of fixed costs",
         "digits: Trainer, one drawing of the curves",
         "digits: cost per training step of progress bar",
+        "digits: cost per training step of Lightning's Rich bar",
         "start-up: python train.py --help",
         "start-up: import share",
         "loader digits: workers=0",
@@ -54,3 +66,16 @@ def test_trainer_and_plain_loop_reach_the_same_loss(bench: tuple[list[dict], dic
         trainer = values(rows, f"digits: {kind}, Trainer")
         plain = values(rows, f"digits: {kind}, plain loop, the project's data path")
         assert trainer == pytest.approx(plain, rel=1e-3)
+
+
+def test_the_project_runs_on_a_terminal_and_a_failure_shows_its_output(
+    module: ModuleType, tmp_path
+) -> None:
+    # Progress bars draw only on a terminal; a measurement without one would miss their cost.
+    on_terminal = "import sys; sys.exit(0 if sys.stdout.isatty() and sys.stderr.isatty() else 5)"
+    module.in_terminal([sys.executable, "-c", on_terminal], cwd=tmp_path, env=dict(os.environ))
+    failing = "import sys; print('went wrong'); sys.exit(3)"
+    with pytest.raises(subprocess.CalledProcessError) as info:
+        module.in_terminal([sys.executable, "-c", failing], cwd=tmp_path, env=dict(os.environ))
+    assert info.value.returncode == 3
+    assert "went wrong" in info.value.output

@@ -8,11 +8,13 @@ import matplotlib.image
 import pytest
 import torch
 from lightning import Callback, Trainer
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities.model_summary import ModelSummary
 from logged import scalars
 from torch import Tensor, nn
 
 from {{ cookiecutter.package_name }} import env
+from {{ cookiecutter.package_name }}.cli import build_cli
 from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.datamodule import ConfigError
 from {{ cookiecutter.package_name }}.model import ImageClassifier
@@ -100,6 +102,23 @@ def test_a_negative_curves_interval_is_refused_in_one_line(train: Callable) -> N
     with pytest.raises(SystemExit, match=r"^error: curves.every_n_seconds is -1.0; accepted: 0"):
         train("--curves.every_n_seconds", "-1")
     assert not Path("runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "bar"),
+    [
+        ([], TQDMProgressBar),
+        (["--trainer.enable_progress_bar", "false"], type(None)),
+        (["--trainer.callbacks+=lightning.pytorch.callbacks.RichProgressBar"], RichProgressBar),
+    ],
+    ids=["default", "off", "chosen"],
+)
+def test_the_progress_bar_is_tqdm_unless_switched_off_or_another_is_chosen(
+    args: list[str], bar: type, data_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    cli = build_cli([*data_args, *args])
+    assert type(cli.trainer.progress_bar_callback) is bar
 
 
 def test_model_summary_shows_input_and_output_shapes(make_datamodule: Callable) -> None:

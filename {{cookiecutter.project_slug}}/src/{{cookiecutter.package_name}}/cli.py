@@ -6,6 +6,7 @@ python train.py --config configs/resnet18.yaml    any --trainer.*, --model.*, --
 python train.py --ckpt_path last                  resume the newest run of this experiment
 """
 
+import importlib
 import json
 import logging
 import os
@@ -24,7 +25,9 @@ from lightning.pytorch.callbacks import (
     EarlyStopping,
     LearningRateMonitor,
     ModelCheckpoint,
+    ProgressBar,
     ThroughputMonitor,
+    TQDMProgressBar,
 )
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.plugins.environments import SLURMEnvironment
@@ -106,6 +109,9 @@ class TrainCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         check_devices(self.config.trainer.accelerator, self.config.trainer.devices)
+        defaults = self.trainer_defaults.get("callbacks")
+        if isinstance(defaults, list) and not wants_default_progress_bar(self.config.trainer):
+            self.trainer_defaults["callbacks"] = [c for c in defaults if not isinstance(c, ProgressBar)]
         ckpt_path = self.config.ckpt_path
         if ckpt_path is None:
             return
@@ -135,6 +141,24 @@ class TrainCLI(LightningCLI):
             logger.init_args.save_dir = str(run.parent.parent)
             logger.init_args.name = run.parent.name
             logger.init_args.version = run.name
+
+
+def wants_default_progress_bar(trainer: object) -> bool:
+    """The TQDM bar joins the run unless the bar is off or the config names a bar of its own.
+
+    Lightning's own default is its Rich bar whenever rich is installed. In a terminal that
+    bar took 11% of the default run's wall time (12.5-13.2 s against 11.3-11.6 s for TQDM
+    and 11.2-11.9 s for none, four interleaved runs each); TQDM costs nothing measurable.
+    """
+    if getattr(trainer, "enable_progress_bar", None) is False:
+        return False
+    callbacks = getattr(trainer, "callbacks", None) or []
+    for callback in callbacks if isinstance(callbacks, list) else [callbacks]:
+        module, _, name = str(getattr(callback, "class_path", "")).rpartition(".")
+        found = getattr(importlib.import_module(module), name, None) if module else None
+        if isinstance(found, type) and issubclass(found, ProgressBar):
+            return False
+    return True
 
 
 class OneLineErrors(LightningArgumentParser):
@@ -295,6 +319,7 @@ def build_cli(args: list[str] | None, callbacks: Sequence[Callback] = ()) -> Tra
                     RngState(),
                     StopOnDivergence(),
                     SaveOnPreemption(),
+                    TQDMProgressBar(),  # dropped when the bar is off or the config has one
                     *callbacks,
                 ]
             },
