@@ -114,7 +114,11 @@ def test_a_negative_curves_interval_is_refused_in_one_line(train: Callable) -> N
     ids=["default", "off", "chosen"],
 )
 def test_the_progress_bar_is_tqdm_unless_switched_off_or_another_is_chosen(
-    args: list[str], bar: type, data_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    args: list[str],
+    bar: type,
+    data_args: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
     cli = build_cli([*data_args, *args])

@@ -111,7 +111,8 @@ class TrainCLI(LightningCLI):
         check_devices(self.config.trainer.accelerator, self.config.trainer.devices)
         defaults = self.trainer_defaults.get("callbacks")
         if isinstance(defaults, list) and not wants_default_progress_bar(self.config.trainer):
-            self.trainer_defaults["callbacks"] = [c for c in defaults if not isinstance(c, ProgressBar)]
+            kept = [c for c in defaults if not isinstance(c, ProgressBar)]
+            self.trainer_defaults["callbacks"] = kept
         ckpt_path = self.config.ckpt_path
         if ckpt_path is None:
             return
