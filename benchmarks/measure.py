@@ -369,7 +369,7 @@ def main() -> None:
         "--overhead-variants",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="compare: also fit without the progress bar and at other logging intervals",
+        help="compare: also fit without the bar, with Rich's bar and at other logging intervals",
     )
     options = parser.parse_args()
     if options.threads is not None:

@@ -68,6 +68,18 @@ def test_trainer_and_plain_loop_reach_the_same_loss(bench: tuple[list[dict], dic
         assert trainer == pytest.approx(plain, rel=1e-3)
 
 
+def test_without_the_overhead_fits_the_comparison_has_no_per_step_cost_rows(
+    module: ModuleType, bench: tuple[list[dict], dict, str]
+) -> None:
+    # mnist runs with --no-overhead-variants: only the Trainer as generated and the plain loops.
+    _, written, _ = bench
+    full = written["raw"]["compare/digits"]
+    sides = {name: full[name] for name in ("trainer", "plain_classic", "plain_fast_data")}
+    rows = [row["measure"] for row in module.summarise_compare("digits", sides)]
+    assert "digits: Trainer / plain loop (classic path)" in rows
+    assert not [row for row in rows if "cost per training step" in row]
+
+
 def test_the_project_runs_on_a_terminal_and_a_failure_shows_its_output(
     module: ModuleType, tmp_path
 ) -> None:
