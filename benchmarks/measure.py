@@ -157,7 +157,8 @@ def plain_side(
     dm = data.DataModule(**data_kwargs)
     dm.prepare_data()
     dm.setup("fit")
-    network = model_module.SmallCNN(dm.input_shape[0], dm.num_classes).to(device)
+    # The network exactly as the project's model builds it (SmallCNN, stored channels-last).
+    network = model_module.ImageClassifier(dm.num_classes, dm.input_shape).backbone.to(device)
     if classic:
         train_set, val_set = classic_sets(package, dm)
         workers = datamodule.default_num_workers()
@@ -243,8 +244,9 @@ def sync(device: torch.device) -> float:
 
 
 def compare(options: argparse.Namespace) -> dict[str, Any]:
-    """Trainer (as configured; without the bar, with Rich's bar, at other logging intervals)
-    against the plain loop on the classic per-image path and on the project's data path."""
+    """Trainer (as configured; without the bar, with Lightning's TQDM and Rich bars, at other
+    logging intervals) against the plain loop on the classic per-image path and on the
+    project's data path."""
     device = torch.device("cuda" if options.accelerator == "gpu" else "cpu")
     limits = (
         []
@@ -271,6 +273,9 @@ def compare(options: argparse.Namespace) -> dict[str, Any]:
     trainer_variants = {
         "trainer": [],
         "trainer_no_progress_bar": ["--trainer.enable_progress_bar", "false"],
+        "trainer_every_step_bar": [
+            "--trainer.callbacks+=lightning.pytorch.callbacks.TQDMProgressBar"
+        ],
         "trainer_rich_bar": ["--trainer.callbacks+=lightning.pytorch.callbacks.RichProgressBar"],
         "trainer_log_every_step": ["--trainer.log_every_n_steps", "1"],
         "trainer_log_never": ["--trainer.log_every_n_steps", "1000000"],
@@ -369,7 +374,8 @@ def main() -> None:
         "--overhead-variants",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="compare: also fit without the bar, with Rich's bar and at other logging intervals",
+        help="compare: also fit without the bar, with Lightning's TQDM and Rich bars and at "
+        "other logging intervals",
     )
     options = parser.parse_args()
     if options.threads is not None:

@@ -9,11 +9,13 @@ import pytest
 import torch
 from lightning import Callback, Trainer
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from lightning.pytorch.utilities.model_summary import ModelSummary
 from logged import scalars
 from torch import Tensor, nn
 
 from {{ cookiecutter.package_name }} import env
+from {{ cookiecutter.package_name }}.callbacks import PacedProgressBar
 from {{ cookiecutter.package_name }}.cli import build_cli
 from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.datamodule import ConfigError
@@ -107,13 +109,14 @@ def test_a_negative_curves_interval_is_refused_in_one_line(train: Callable) -> N
 @pytest.mark.parametrize(
     ("args", "bar"),
     [
-        ([], TQDMProgressBar),
+        ([], PacedProgressBar),
         (["--trainer.enable_progress_bar", "false"], type(None)),
         (["--trainer.callbacks+=lightning.pytorch.callbacks.RichProgressBar"], RichProgressBar),
+        (["--trainer.callbacks+=lightning.pytorch.callbacks.TQDMProgressBar"], TQDMProgressBar),
     ],
-    ids=["default", "off", "chosen"],
+    ids=["default", "off", "rich", "every-step-tqdm"],
 )
-def test_the_progress_bar_is_tqdm_unless_switched_off_or_another_is_chosen(
+def test_the_progress_bar_is_paced_tqdm_unless_switched_off_or_another_is_chosen(
     args: list[str],
     bar: type,
     data_args: list[str],
@@ -123,6 +126,50 @@ def test_the_progress_bar_is_tqdm_unless_switched_off_or_another_is_chosen(
     monkeypatch.chdir(tmp_path)
     cli = build_cli([*data_args, *args])
     assert type(cli.trainer.progress_bar_callback) is bar
+
+
+EPOCHS = ("Epoch 0", "Epoch 1")
+
+
+@pytest.mark.parametrize("min_interval", [0, 3600])
+def test_the_bar_redraws_at_most_once_per_interval_and_at_each_epoch_end(
+    min_interval: int, train: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    redraws: list[tuple[str, int]] = []
+    refresh = Tqdm.refresh
+
+    def counted(bar: Tqdm, *args: object, **kwargs: object) -> None:
+        # tqdm sets desc ("Epoch 0: ") and n after its first refresh.
+        redraws.append((getattr(bar, "desc", "").rstrip(": "), getattr(bar, "n", 0)))
+        refresh(bar, *args, **kwargs)
+
+    monkeypatch.setattr(Tqdm, "refresh", counted)
+    train(
+        "--trainer.limit_train_batches", "10",
+        "--trainer.enable_progress_bar", "true",
+        "--trainer.callbacks+={{ cookiecutter.package_name }}.callbacks.PacedProgressBar",
+        "--trainer.callbacks.min_interval", str(min_interval),
+    )  # fmt: skip
+    drawn = {epoch: sorted({n for desc, n in redraws if desc == epoch}) for epoch in EPOCHS}
+    steps = drawn["Epoch 0"][-1]  # the training batches of an epoch (up to 10)
+    assert steps >= 3
+    if min_interval == 0:  # like Lightning's own bar: every step
+        assert all(steps_drawn == list(range(steps + 1)) for steps_drawn in drawn.values())
+    else:  # only where each epoch starts and ends
+        assert all(steps_drawn == [0, steps] for steps_drawn in drawn.values())
+
+
+def test_a_negative_bar_interval_is_refused_in_one_line(train: Callable) -> None:
+    refused = r'^error: .*"min_interval": Not of type NonNegativeFloat: -1 does not conform to'
+    with pytest.raises(SystemExit, match=refused):
+        train(
+            "--trainer.enable_progress_bar", "true",
+            "--trainer.callbacks+={{ cookiecutter.package_name }}.callbacks.PacedProgressBar",
+            "--trainer.callbacks.min_interval", "-1",
+        )  # fmt: skip
+    assert not Path("runs").exists()
+    with pytest.raises(ConfigError, match=r"^min_interval is -1; accepted: 0 or more seconds$"):
+        PacedProgressBar(min_interval=-1)
 
 
 def test_model_summary_shows_input_and_output_shapes(make_datamodule: Callable) -> None:

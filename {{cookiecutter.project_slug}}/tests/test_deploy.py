@@ -77,6 +77,8 @@ def test_export_every_format_predicts_like_the_checkpoint(
         assert metadata["parity"]["max_abs_diff"] <= metadata["parity"]["tolerance"]
         assert metadata["input_shape"] == list(load_model(best)[0].hparams.input_shape)
         assert "torch" in metadata["versions"]
+    program = torch.export.load(artifacts[1])
+    assert all(weight.is_contiguous() for weight in program.state_dict.values())
 
     images = tmp_path / "images"
     write_images(images)

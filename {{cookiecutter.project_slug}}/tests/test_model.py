@@ -53,6 +53,38 @@ def test_small_cnn_is_a_plain_module() -> None:
     assert isinstance(net, nn.Module) and net(torch.randn(2, 3, 8, 8)).shape == (2, 4)
 
 
+def test_channels_last_changes_the_layout_not_the_results(datamodule: DataModule) -> None:
+    torch.manual_seed(0)
+    fast = model_for(datamodule).eval()  # channels_last by default
+    plain = model_for(datamodule, channels_last=False).eval()
+    plain.load_state_dict(fast.state_dict())
+    fast_convs = [m for m in fast.backbone.modules() if isinstance(m, nn.Conv2d)]
+    plain_convs = [m for m in plain.backbone.modules() if isinstance(m, nn.Conv2d)]
+    nhwc = torch.channels_last
+    assert all(conv.weight.is_contiguous(memory_format=nhwc) for conv in fast_convs)
+    assert not all(conv.weight.is_contiguous() for conv in fast_convs)
+    assert all(conv.weight.is_contiguous() for conv in plain_convs)
+    x = torch.randn(4, *datamodule.input_shape)
+    feature_maps = fast.backbone.features[:2](x)
+    assert feature_maps.is_contiguous(memory_format=nhwc) and not feature_maps.is_contiguous()
+    torch.testing.assert_close(fast(x), plain(x))
+    # Weights load across the two layouts and keep the layout of the model they load into.
+    fast.load_state_dict(plain.state_dict())
+    assert all(conv.weight.is_contiguous(memory_format=nhwc) for conv in fast_convs)
+    assert not all(conv.weight.is_contiguous() for conv in fast_convs)
+
+
+def test_channels_last_leaves_lazy_parameters_to_their_first_forward() -> None:
+    def lazy(in_channels: int, num_classes: int) -> nn.Module:
+        convs = [nn.Conv2d(in_channels, 4, 3), nn.LazyConv2d(4, 3)]
+        return nn.Sequential(*convs, nn.Flatten(), nn.LazyLinear(num_classes))
+
+    model = ImageClassifier(10, (3, 8, 8), backbone=lazy)
+    assert model.backbone[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert not model.backbone[0].weight.is_contiguous()
+    assert model(torch.randn(2, 3, 8, 8)).shape == (2, 10)
+
+
 def test_warmup_then_cosine_decay() -> None:
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
     scheduler = warmup_cosine(optimizer, total_steps=100, warmup_fraction=0.1)

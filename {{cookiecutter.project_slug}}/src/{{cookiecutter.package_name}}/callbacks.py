@@ -1,8 +1,15 @@
 """Small callbacks the command line adds to every run."""
 
+import math
+import time
+
 import lightning as L
+from jsonargparse.typing import NonNegativeFloat
+from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
+
+from .datamodule import ConfigError
 
 
 class BatchSizeReport(L.Callback):
@@ -54,6 +61,35 @@ class EpochLine(L.Callback):
             bar.print(line)  # printed through the bar, so the bar is not torn
         else:
             rank_zero_info(line)
+
+
+class PacedProgressBar(TQDMProgressBar):
+    """Lightning's TQDM bar, redrawn at most once every `min_interval` seconds and always at
+    the end of an epoch or stage: the pace tqdm keeps for its own bars (0: every step).
+
+    Lightning's bar redraws twice per step, past tqdm's own pacing: two hundred redraws a
+    second at the default digits run's hundred steps a second. Into a log file (a cluster
+    job's output) the default run then writes 310 KB of bar against 90 KB paced; in a
+    terminal the redraws took 0 to 2 ms of a 10 ms step, depending on the terminal.
+    """
+
+    # NonNegativeFloat: the command line refuses a negative interval while parsing.
+    def __init__(self, min_interval: NonNegativeFloat = 0.1, **kwargs: int | bool) -> None:
+        if not min_interval >= 0:
+            raise ConfigError(f"min_interval is {min_interval}; accepted: 0 or more seconds")
+        super().__init__(**kwargs)
+        self.min_interval = min_interval
+        self.drawn_at = -math.inf
+
+    def _should_update(self, current: int, total: int) -> bool:
+        # Lightning's own test (its refresh_rate, the last batch), then the clock.
+        if not super()._should_update(current, total):
+            return False
+        now = time.monotonic()
+        if current != total and now - self.drawn_at < self.min_interval:
+            return False
+        self.drawn_at = now
+        return True
 
 
 def samples_in(batch: tuple[Tensor, Tensor]) -> int:

@@ -5,6 +5,7 @@ LightningModule's logits on a real validation batch, for batch sizes 1 and 7,
 within `tolerance`; otherwise it is deleted and the export fails.
 """
 
+import copy
 import json
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -84,7 +85,9 @@ def validation_batch(checkpoint: Path, size: int) -> Tensor:
 
 
 def write(name: str, model: ImageClassifier, batch: Tensor, artifact: Path) -> None:
-    network = model.backbone
+    # The graph formats get weights in the default (contiguous) layout: their runtimes pick
+    # their own, and torch.export's archive stores a channels-last weight only with a warning.
+    network = copy.deepcopy(model.backbone).to(memory_format=torch.contiguous_format)
     if name == "onnx":
         torch.onnx.export(
             network,
