@@ -7,8 +7,8 @@ then measures, each question in one process with its sides interleaved:
 1. the project's Trainer against a plain PyTorch loop (digits and mnist), per epoch;
 2. time from `python train.py` to the first training step, and its import share;
 3. training DataLoader throughput per dataset option at num_workers 0 and the default;
-4. the cost of the progress bar (the paced TQDM bar, Lightning's every-step TQDM and Rich
-   bars) and of logging every step;
+4. the cost of the progress bar (Lightning's TQDM and Rich bars, the project's paced TQDM
+   bar) and of logging every step;
    the project runs on a pseudo-terminal, so the bars draw as in a user's shell.
 
 Prints a markdown table (medians, min, max, ratios) and writes everything to JSON.
@@ -234,8 +234,8 @@ def summarise_compare(dataset: str, results: dict[str, list[dict[str, Any]]]) ->
     )
     for on, off, label in (
         ("trainer", "trainer_no_progress_bar", "progress bar (on vs off)"),
-        ("trainer_every_step_bar", "trainer", "Lightning's TQDM bar, every step (vs paced)"),
-        ("trainer_rich_bar", "trainer", "Lightning's Rich bar (vs the paced TQDM bar)"),
+        ("trainer_paced_bar", "trainer", "the paced TQDM bar (vs Lightning's TQDM bar)"),
+        ("trainer_rich_bar", "trainer", "Lightning's Rich bar (vs the TQDM bar)"),
         ("trainer_log_every_step", "trainer_log_never", "logging every step (vs never)"),
         ("trainer", "trainer_log_never", "logging every 10 steps, the default (vs never)"),
     ):

@@ -47,7 +47,7 @@ def test_every_question_is_measured_and_written(bench: tuple[list[dict], dict, s
         "digits: Trainer per epoch, sum of fixed costs",
         "digits: Trainer, one drawing of the curves",
         "digits: cost per training step of progress bar",
-        "digits: cost per training step of Lightning's TQDM bar, every step",
+        "digits: cost per training step of the paced TQDM bar",
         "digits: cost per training step of Lightning's Rich bar",
         "start-up: python train.py --help",
         "start-up: import share",

@@ -23,6 +23,7 @@ from {{ cookiecutter.package_name }}.model import ImageClassifier
 
 RUN = Path("runs/default/version_0")
 DEBUG = Path(__file__).parents[1] / "configs" / "debug"
+PACED = f"{PacedProgressBar.__module__}.PacedProgressBar"
 
 
 class FixedInput(nn.Module):
@@ -109,14 +110,14 @@ def test_a_negative_curves_interval_is_refused_in_one_line(train: Callable) -> N
 @pytest.mark.parametrize(
     ("args", "bar"),
     [
-        ([], PacedProgressBar),
+        ([], TQDMProgressBar),
         (["--trainer.enable_progress_bar", "false"], type(None)),
         (["--trainer.callbacks+=lightning.pytorch.callbacks.RichProgressBar"], RichProgressBar),
-        (["--trainer.callbacks+=lightning.pytorch.callbacks.TQDMProgressBar"], TQDMProgressBar),
+        ([f"--trainer.callbacks+={PACED}"], PacedProgressBar),
     ],
-    ids=["default", "off", "rich", "every-step-tqdm"],
+    ids=["default", "off", "rich", "paced"],
 )
-def test_the_progress_bar_is_paced_tqdm_unless_switched_off_or_another_is_chosen(
+def test_the_progress_bar_is_tqdm_unless_switched_off_or_another_is_chosen(
     args: list[str],
     bar: type,
     data_args: list[str],
@@ -147,7 +148,7 @@ def test_the_bar_redraws_at_most_once_per_interval_and_at_each_epoch_end(
     train(
         "--trainer.limit_train_batches", "10",
         "--trainer.enable_progress_bar", "true",
-        "--trainer.callbacks+={{ cookiecutter.package_name }}.callbacks.PacedProgressBar",
+        f"--trainer.callbacks+={PACED}",
         "--trainer.callbacks.min_interval", str(min_interval),
     )  # fmt: skip
     drawn = {epoch: sorted({n for desc, n in redraws if desc == epoch}) for epoch in EPOCHS}
@@ -164,7 +165,7 @@ def test_a_negative_bar_interval_is_refused_in_one_line(train: Callable) -> None
     with pytest.raises(SystemExit, match=refused):
         train(
             "--trainer.enable_progress_bar", "true",
-            "--trainer.callbacks+={{ cookiecutter.package_name }}.callbacks.PacedProgressBar",
+            f"--trainer.callbacks+={PACED}",
             "--trainer.callbacks.min_interval", "-1",
         )  # fmt: skip
     assert not Path("runs").exists()
