@@ -20,6 +20,7 @@ import importlib
 import json
 import os
 import pty
+import shutil
 import statistics
 import struct
 import subprocess
@@ -40,12 +41,13 @@ QUICK_SIZES = {"idx": {"train": 600, "t10k": 100}, "cifar_per_batch": 100}
 
 
 def render(dataset: str, output: Path) -> Path:
-    """The project of this dataset option (package `proj`), rendered once into output."""
+    """The project of this dataset option (package `proj`), rendered afresh into output from
+    the template as it is now: a render kept from an earlier run would measure old code."""
     name = dataset.replace("_", "-")
     project = output / name
-    if not project.exists():
-        context = {"dataset": dataset, "project_name": name, "package_name": "proj"}
-        cookiecutter(str(REPO), no_input=True, output_dir=str(output), extra_context=context)
+    shutil.rmtree(project, ignore_errors=True)
+    context = {"dataset": dataset, "project_name": name, "package_name": "proj"}
+    cookiecutter(str(REPO), no_input=True, output_dir=str(output), extra_context=context)
     return project
 
 

@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -92,3 +93,13 @@ def test_the_project_runs_on_a_terminal_and_a_failure_shows_its_output(
         module.in_terminal([sys.executable, "-c", failing], cwd=tmp_path, env=dict(os.environ))
     assert info.value.returncode == 3
     assert "went wrong" in info.value.output
+
+
+def test_each_run_renders_the_template_afresh(module: ModuleType, tmp_path: Path) -> None:
+    project = module.render("digits", tmp_path)
+    model = project / "src" / "proj" / "model.py"
+    current = model.read_text()
+    model.write_text("# left from an earlier run\n")
+    (project / "runs").mkdir()
+    assert module.render("digits", tmp_path) == project
+    assert model.read_text() == current and not (project / "runs").exists()
