@@ -293,7 +293,8 @@ def compare(options: argparse.Namespace) -> dict[str, Any]:
     # The process's first fit pays one-off costs (imports, allocator, caches): one fit of
     # each kind runs untimed first. Each round then starts one side later than the previous,
     # so no side always runs first after the plain loops' worker processes.
-    sides["trainer"](), sides["plain_fast_data"]()
+    sides["trainer"]()
+    sides["plain_fast_data"]()
     names = list(sides)
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for round_index in range(options.rounds):

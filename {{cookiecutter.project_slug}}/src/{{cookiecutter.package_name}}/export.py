@@ -85,6 +85,9 @@ def validation_batch(checkpoint: Path, size: int) -> Tensor:
 
 
 def write(name: str, model: ImageClassifier, batch: Tensor, artifact: Path) -> None:
+    if name == "state_dict":
+        torch.save(model.state_dict(), artifact)
+        return
     # The graph formats get weights in the default (contiguous) layout: their runtimes pick
     # their own, and torch.export's archive stores a channels-last weight only with a warning.
     network = copy.deepcopy(model.backbone).to(memory_format=torch.contiguous_format)
@@ -100,11 +103,9 @@ def write(name: str, model: ImageClassifier, batch: Tensor, artifact: Path) -> N
             external_data=False,
             verbose=False,
         )
-    elif name == "torch_export":
+    else:
         program = torch.export.export(network, (batch,), dynamic_shapes=DYNAMIC_BATCH)
         torch.export.save(program, artifact)
-    else:
-        torch.save(model.state_dict(), artifact)
 
 
 def verify(
