@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import traceback
 import warnings
 from argparse import SUPPRESS
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import torch
+from jsonargparse.typing import PositiveFloat
 from lightning import Trainer
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import (
@@ -36,6 +38,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 
 from .callbacks import BatchSizeReport, EpochLine, samples_in
 from .checkpoint import load_checkpoint, load_weights
+from .compat import set_collective_timeout
 from .data import DataModule
 from .datamodule import ConfigError
 from .guards import DivergedError, RngState, SaveOnPreemption, StopOnDivergence
@@ -45,6 +48,10 @@ from .plots import ConfusionMatrixPlot, TrainingCurves
 
 # A kill loses at most this many optimizer steps (plus the epoch-end checkpoints).
 CHECKPOINT_EVERY_N_STEPS = 100
+# Seconds one process waits for the others in a collective before the run stops with an error.
+# Long enough for rank 0 to download a dataset while the others wait; torch's own default is
+# 30 minutes, so a run whose processes fell out of step would seem to hang.
+COLLECTIVE_TIMEOUT = 600.0
 # Loggers whose save_dir/name/version_<N> folder is the run folder, when first in the list.
 FOLDER_LOGGERS = ("TensorBoardLogger", "CSVLogger")
 SHORT_FLAGS = ("accelerator", "devices", "num_nodes", "precision", "strategy", "max_epochs")
@@ -61,6 +68,13 @@ class TrainCLI(LightningCLI):
             default=None,
             help="Resume from this checkpoint file, or 'last': the newest run of this experiment.",
         )
+        parser.add_argument(
+            "--collective_timeout",
+            type=PositiveFloat,
+            default=COLLECTIVE_TIMEOUT,
+            help="Seconds a process waits for the others in one collective (several devices) "
+            "before the run stops with an error naming it.",
+        )
         for flag in SHORT_FLAGS:
             (action,) = [a for a in parser._actions if a.dest == f"trainer.{flag}"]
             # A suppressed default keeps the Trainer's own default unless the flag is given.
@@ -74,10 +88,12 @@ class TrainCLI(LightningCLI):
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.input_shape", apply_on="instantiate")
 
-        # The best checkpoint by val/acc, and the newest state for resuming in last.ckpt
+        # The best checkpoint by val/loss, and the newest state for resuming in last.ckpt
         # (ModelCheckpoint's own save_last only refreshes when the best improves). Lightning
         # takes either an epoch or a step interval per callback, so two refresh last.ckpt:
         # one after every validation, one every N steps (a kill loses at most N steps).
+        # val/loss, not val/acc: accuracy on a small validation split saturates (the digits
+        # reach 1.0 within a few epochs) and would freeze the choice at the first such epoch.
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
         parser.add_lightning_class_args(ModelCheckpoint, "step_checkpoint")
@@ -87,9 +103,9 @@ class TrainCLI(LightningCLI):
         parser.add_lightning_class_args(ConfusionMatrixPlot, "confusion_matrix")
         parser.set_defaults(
             {
-                "checkpoint.monitor": "val/acc",
-                "checkpoint.mode": "max",
-                "checkpoint.filename": "epoch{epoch:03d}-val_acc{val/acc:.4f}",
+                "checkpoint.monitor": "val/loss",
+                "checkpoint.mode": "min",
+                "checkpoint.filename": "epoch{epoch:03d}-val_loss{val/loss:.4f}",
                 "checkpoint.auto_insert_metric_name": False,
                 "last_checkpoint.filename": "last",
                 "last_checkpoint.enable_version_counter": False,
@@ -264,6 +280,11 @@ def quiet_known_noise() -> None:
     )
 
 
+# At import too: the processes ddp_spawn starts import this module (for SaveRunConfig) but
+# never run main().
+quiet_known_noise()
+
+
 def fit(cli: LightningCLI) -> None:
     """trainer.fit, turning a divergence or a preemption signal into one line and an exit code."""
     if not SLURMEnvironment.detect():
@@ -279,12 +300,42 @@ def fit(cli: LightningCLI) -> None:
         newest = max(saved, key=lambda p: p.stat().st_mtime, default=None)
         kept = f"last good checkpoint: {newest}" if newest else "no checkpoint was written"
         sys.exit(f"error: training diverged: {error}; {kept}")
+    except RuntimeError as error:
+        if (collective := stuck_collective(error)) is None:
+            raise
+        sys.exit(out_of_step(trainer, error, collective, cli.config.collective_timeout))
     except SIGTERMException:
         saved = next((c.saved for c in trainer.callbacks if isinstance(c, SaveOnPreemption)), None)
         if trainer.is_global_zero:
             print(f"Stopped by a signal at step {trainer.global_step}; saved {saved}.")
             print("Resume with: python train.py --ckpt_path last (plus the same options)")
         sys.exit(128 + signal.SIGTERM)
+
+
+def stuck_collective(error: BaseException) -> str | None:
+    """The torch.distributed call that gave up waiting for the other processes, if it did.
+
+    gloo raises "Timed out waiting ..." in the process; NCCL's watchdog ends the process
+    itself with a message that names the rank and the collective.
+    """
+    if "timed out" not in str(error).lower():
+        return None
+    frames = traceback.extract_tb(error.__traceback__)
+    calls = [f.name for f in frames if f.filename.endswith("distributed_c10d.py")]
+    return calls[-1] if calls else None
+
+
+def out_of_step(trainer: Trainer, error: RuntimeError, collective: str, timeout: float) -> str:
+    """The one-line error of a process that waited `timeout` seconds in `collective`."""
+    # Where this process waited, for the log; each other process prints its own.
+    print(f"Stack of rank {trainer.global_rank} when it gave up waiting:", file=sys.stderr)
+    traceback.print_tb(error.__traceback__, file=sys.stderr)
+    return (
+        f"error: rank {trainer.global_rank} of {trainer.world_size} waited {timeout:g} s in "
+        f"torch.distributed.{collective} for the other processes, which ran something else "
+        "or stopped; the processes are out of step (its stack is above). "
+        "--collective_timeout sets the wait"
+    )
 
 
 def check_resumable(model: torch.nn.Module, path: Path) -> None:
@@ -339,14 +390,20 @@ def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
         # Lightning's own checks (e.g. a negative max_epochs) are one sentence too.
         sys.exit(f"error: {str(error).splitlines()[0]}")
     trainer = cli.trainer
+    set_collective_timeout(trainer.strategy, cli.config.collective_timeout)
     for logger in trainer.loggers:
         # Fix the run folder (version_N) now, so processes spawned later all use this one.
         _ = logger.version
     fit(cli)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    results = trainer.test(
-        cli.model, datamodule=cli.datamodule, ckpt_path=best or None, verbose=False
-    )
+    try:
+        results = trainer.test(
+            cli.model, datamodule=cli.datamodule, ckpt_path=best or None, verbose=False
+        )
+    except RuntimeError as error:
+        if (collective := stuck_collective(error)) is None:
+            raise
+        sys.exit(out_of_step(trainer, error, collective, cli.config.collective_timeout))
     metrics = {key: float(value) for key, value in results[0].items()} if results else {}
     log_dir = trainer.log_dir  # a collective call: every rank must make it
     if trainer.is_global_zero and log_dir:

@@ -58,9 +58,12 @@ class StopOnDivergence(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, idx: int
     ) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        if loss is not None and not torch.isfinite(loss).all():
+        diverged = loss is not None and not bool(torch.isfinite(loss).all())
+        # Each process has its own loss; all stop if any diverged, or the others would wait
+        # in the next step's gradient sync for the one that stopped.
+        if trainer.strategy.reduce_boolean_decision(diverged, all=False):
             raise DivergedError(
-                f"train/loss became {loss.item()} at step {trainer.global_step} "
+                f"train/loss became {describe(loss)} at step {trainer.global_step} "
                 f"(epoch {trainer.current_epoch}, batch {idx})"
             )
 
@@ -73,6 +76,13 @@ class StopOnDivergence(L.Callback):
                     f"weight {name} is not finite after step {trainer.global_step}; "
                     "the checkpoint was not written"
                 )
+
+
+def describe(loss: torch.Tensor | None) -> str:
+    """The loss of this process as a number, or what it was on the process that diverged."""
+    if loss is None or bool(torch.isfinite(loss).all()):
+        return "not finite on another process"
+    return str(loss.item())
 
 
 class SaveOnPreemption(L.Callback):

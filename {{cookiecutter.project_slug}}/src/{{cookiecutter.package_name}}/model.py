@@ -92,8 +92,8 @@ class ImageClassifier(L.LightningModule):
         x, y = batch
         logits = self(x)
         loss = self.loss(logits, y)
-        self.train_metrics.update(logits, y)
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, sync_dist=True)
+        self._log_metrics(self.train_metrics, logits, y)
         return loss
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
@@ -124,6 +124,8 @@ class ImageClassifier(L.LightningModule):
     def setup(self, stage: str) -> None:
         if stage == "fit":
             self._check_input_shape()
+            if self.hparams.channels_last:
+                contiguous_single_channel_grads(self.backbone)
 
     def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
         # Gradients are unscaled here under mixed precision, so the norms are the true ones.
@@ -135,20 +137,11 @@ class ImageClassifier(L.LightningModule):
             for logger in self.loggers:
                 logger.log_metrics(norms, step=self.trainer.global_step)
 
-    def on_train_epoch_end(self) -> None:
-        self._log_metrics(self.train_metrics)
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_metrics(self.val_metrics)
-
-    def on_test_epoch_end(self) -> None:
-        self._log_metrics(self.test_metrics)
-
     def _evaluate(self, batch: Batch, stage: str, metrics: MetricCollection) -> Tensor:
         x, y = batch
         logits = self(x)
-        metrics.update(logits, y)
         self.log(f"{stage}/loss", self.loss(logits, y), sync_dist=True, prog_bar=True)
+        self._log_metrics(metrics, logits, y)
         return logits
 
     def _check_input_shape(self) -> None:
@@ -176,21 +169,43 @@ class ImageClassifier(L.LightningModule):
         finally:
             self.train(was_training)
 
-    def _log_metrics(self, metrics: MetricCollection) -> None:
-        # compute() already gathers every process's state; sync_dist only says so to Lightning.
-        self.log_dict(metrics.compute(), prog_bar=True, sync_dist=True)
-        metrics.reset()
+    def _log_metrics(self, metrics: MetricCollection, logits: Tensor, y: Tensor) -> None:
+        # The metric objects themselves are logged: Lightning computes them at the end of the
+        # epoch on every rank at the same point (computing gathers every process's counts)
+        # and resets them. Computing them in an epoch-end hook of this module instead would
+        # put that gather after the progress bar's own sync on rank 0 only: a deadlock.
+        metrics.update(logits, y)
+        self.log_dict(metrics, prog_bar=True, on_step=False, on_epoch=True)
 
 
 def to_channels_last(network: nn.Module) -> None:
     """Store the 4-D (image-shaped) parameters and buffers of `network` channels-last, in place.
 
+    Tensors with one channel keep their strides: their bytes are the same in both layouts.
+
     Like `network.to(memory_format=torch.channels_last)`, which fails on a lazy module's
     parameters before their first forward; those keep their layout here.
     """
     for tensor in [*network.parameters(), *network.buffers()]:
-        if not is_lazy(tensor) and tensor.dim() == 4:
+        # With one input channel (a first convolution on greyscale images) both layouts hold
+        # the same bytes; only the strides differ, and DDP's gradient buckets expect the
+        # contiguous ones ("Grad strides do not match bucket view strides").
+        if not is_lazy(tensor) and tensor.dim() == 4 and tensor.shape[1] > 1:
             tensor.data = tensor.data.contiguous(memory_format=torch.channels_last)
+
+
+def contiguous_single_channel_grads(network: nn.Module) -> None:
+    """Give the gradients of one-channel 4-D weights the strides of their weights.
+
+    Next to channels-last layers, a convolution on one input channel gets its weight's
+    gradient with channels-last strides. With one channel both describe the same bytes, but
+    DDP compares strides and warns at every run ("Grad strides do not match bucket view
+    strides"). Set where training starts (hooks are not pickled: ddp_spawn's processes set
+    their own); a second fit adds a second hook, which changes nothing.
+    """
+    for weight in network.parameters():
+        if not is_lazy(weight) and weight.dim() == 4 and weight.shape[1] == 1:
+            weight.register_hook(lambda grad: grad.clone(memory_format=torch.contiguous_format))
 
 
 def warmup_cosine(optimizer: Optimizer, total_steps: int, warmup_fraction: float) -> LRScheduler:

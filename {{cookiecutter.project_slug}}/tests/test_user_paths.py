@@ -1,0 +1,367 @@
+"""The README's commands, run as a user types them, in README order.
+
+Default progress bar, default workers, default callbacks and loggers: no test-only flag.
+Each test runs once with the output on a pseudo-terminal and once into a file. The only
+changes: fewer epochs (`--max_epochs 1`) and sweep trials (`--n_trials 2`), a free port for
+a fixed one, the real file for a placeholder such as `<name>.onnx`, and `--accelerator cpu`
+for the SLURM script, which asks for GPUs. The data the README points at (`--data.root ...`)
+is written where it points, in the dataset's own format.
+
+A command that runs past its limit is stopped, and every Python process it started first
+writes its stacks (tests/stacks/sitecustomize.py), so a hang is diagnosed from the log alone.
+"""
+
+import base64
+import contextlib
+import json
+import os
+import pty
+import re
+import shlex
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from fcntl import ioctl
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import fake_data
+from logged import scalars
+
+PROJECT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+OUTPUTS = ["terminal", "file"]
+# Seconds one command may take before it counts as hung; stacks are written 20 s before.
+LIMIT = 240
+
+# Warnings that the default commands print and that come from other projects, not from
+# this one's defaults. Anything else a default command prints as a warning fails the test.
+ALLOWED_WARNINGS = [
+    # Lightning suggests workers for the in-memory datasets, which need none (README).
+    r"The '\w+_dataloader' does not have many workers",
+    # Lightning, for a validation split smaller than log_every_n_steps batches.
+    r"The number of training batches \(\d+\) is smaller than the logging interval",
+    # Lightning, on a CPU-only machine, says a GPU would be faster.
+    r"GPU available: False",
+]
+
+
+def readme_commands() -> list[str]:
+    """Every command in the README's bash blocks: continuations joined, comments dropped."""
+    blocks = re.findall(r"```bash\n(.*?)```", (PROJECT / "README.md").read_text(), re.S)
+    text = "\n".join(blocks).replace("\\\n", " ")
+    lines = [line.split("  #")[0].strip() for line in text.splitlines()]
+    return [" ".join(line.split()) for line in lines if line and not line.startswith("#")]
+
+
+def shown(start: str) -> str:
+    """The README's first command that begins with `start`."""
+    found = [command for command in readme_commands() if command.startswith(start)]
+    assert found, f"the README shows no command that starts with {start!r}"
+    return found[0]
+
+
+@dataclass
+class Finished:
+    command: str
+    returncode: int
+    output: str
+
+
+class UserCommand:
+    """A command started in a session of its own, its output to a pseudo-terminal or a file."""
+
+    def __init__(self, command: list[str], cwd: Path, output: str, env: dict[str, str]) -> None:
+        self.command = shlex.join(command)
+        self.stacks = cwd / ".stacks" / str(time.monotonic_ns())
+        self.stacks.mkdir(parents=True)
+        path = os.pathsep.join([str(TESTS / "stacks"), str(TESTS), os.environ.get("PYTHONPATH", "")])
+        env = {
+            **os.environ,
+            **env,
+            "PYTHONPATH": path,
+            "STACKS_DIR": str(self.stacks),
+            "STACKS_AFTER": str(LIMIT - 20),
+        }
+        self.chunks: list[bytes] = []
+        if output == "terminal":
+            parent, child = pty.openpty()
+            ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+            self.process = subprocess.Popen(
+                command, cwd=cwd, env=env, stdin=child, stdout=child, stderr=child,
+                start_new_session=True,
+            )  # fmt: skip
+            os.close(child)
+            self.reader = threading.Thread(target=self._read, args=(parent,), daemon=True)
+            self.reader.start()
+        else:
+            self.log = (cwd / f"output-{time.monotonic_ns()}.log").open("wb+")
+            self.process = subprocess.Popen(
+                command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=self.log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+            self.reader = None
+
+    def _read(self, fd: int) -> None:
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # EIO: every process holding the terminal has exited
+                break
+            if not chunk:
+                break
+            self.chunks.append(chunk)
+        os.close(fd)
+
+    def output(self) -> str:
+        if self.reader is None:
+            self.log.seek(0)
+            return self.log.read().decode(errors="replace")
+        return b"".join(self.chunks).decode(errors="replace")
+
+    def wait(self, limit: float = LIMIT) -> Finished:
+        try:
+            self.process.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            self.stop(signal.SIGKILL)
+            pytest.fail(
+                f"{self.command} did not end within {limit} s\n{self.output()[-6000:]}\n"
+                f"{self.stack_dumps()}"
+            )
+        self.stop(signal.SIGKILL)  # whatever it left behind in its session
+        if self.reader is not None:
+            self.reader.join(timeout=10)
+        return Finished(self.command, self.process.returncode, self.output())
+
+    def stop(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, sig)
+        self.process.wait()
+
+    def stack_dumps(self) -> str:
+        return "\n".join(path.read_text() for path in sorted(self.stacks.glob("*.txt")))
+
+
+def as_typed(command: str, epochs: bool = True, **replace: str) -> list[str]:
+    """The README's `command` as argv: placeholders replaced, then fewer epochs."""
+    for old, new in replace.items():
+        assert old in command, f"{old!r} is not in {command!r}"
+        command = command.replace(old, new)
+    argv = shlex.split(command)
+    if argv[0] == "python":
+        argv[0] = sys.executable
+    elif argv[0] == "torchrun":
+        argv[:1] = [sys.executable, "-m", "torch.distributed.run"]
+    if epochs:
+        if "--max_epochs" in argv:
+            argv[argv.index("--max_epochs") + 1] = "1"
+        else:
+            argv += ["--max_epochs", "1"]
+    return argv
+
+
+def run(
+    command: list[str], cwd: Path, output: str, limit: float = LIMIT, **env: str
+) -> Finished:
+    finished = UserCommand(command, cwd, output, env).wait(limit)
+    assert finished.returncode == 0, f"{finished.command} exited with {finished.returncode}:\n" + (
+        finished.output[-6000:]
+    )
+    assert_no_warnings(finished)
+    return finished
+
+
+def assert_no_warnings(finished: Finished) -> None:
+    """No warning in the output, except those on the allow-list."""
+    found = re.findall(r"\w*Warning: .*|^WARNING.*", finished.output, re.M)
+    unexpected = [w for w in found if not any(re.search(a, w) for a in ALLOWED_WARNINGS)]
+    assert not unexpected, f"{finished.command} warned:\n" + "\n".join(unexpected)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def newest_run(cwd: Path) -> Path:
+    runs = (cwd / "runs" / "default").glob("version_*/checkpoints/last.ckpt")
+    return max(runs, key=lambda p: p.stat().st_mtime).parent.parent
+
+
+def two_processes(finished: Finished) -> None:
+    """The run had two processes: the effective batch counts both."""
+    found = re.search(r"x (\d+) device\(s\) x (\d+) node\(s\)", finished.output)
+    assert found and int(found[1]) * int(found[2]) == 2, finished.output[-3000:]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A copy of the user's starting point: the project's scripts and configs, and the data
+    the README's commands point at."""
+    for name in ("train.py", "evaluate.py", "export.py", "predict.py", "serve.py", "sweep.py"):
+        (tmp_path / name).write_text((PROJECT / name).read_text())
+    for folder in ("configs", "scripts"):
+        subprocess.run(["cp", "-r", str(PROJECT / folder), str(tmp_path)], check=True)
+    root = re.search(r"--data\.root (\S+)", shown("python train.py"))
+    if root:
+        fake_data.write_dataset(tmp_path / root.group(1))
+    return tmp_path
+
+
+def fake_srun(folder: Path) -> Path:
+    """An `srun` for one node: it starts SLURM_NTASKS copies of its command with task ids."""
+    folder.mkdir()
+    script = folder / "srun"
+    script.write_text(
+        "#!/bin/bash\n"
+        "pids=()\n"
+        'for ((i = 0; i < SLURM_NTASKS; i++)); do\n'
+        '    SLURM_PROCID=$i SLURM_LOCALID=$i SLURM_NODEID=0 "$@" &\n'
+        "    pids+=($!)\n"
+        "done\n"
+        "status=0\n"
+        'for pid in "${pids[@]}"; do wait "$pid" || status=$?; done\n'
+        'exit "$status"\n'
+    )
+    script.chmod(0o755)
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_training_commands_as_the_readme_shows_them(workspace: Path, output: str) -> None:
+    train = shown("python train.py")
+    # The default run in full, on a terminal: the best checkpoint is never worse than the
+    # last one on validation loss, although validation accuracy saturates early.
+    default = run(as_typed(train, epochs=output == "file"), workspace, output)
+    assert "Best checkpoint:" in default.output and "Test:" in default.output
+    run_folder = newest_run(workspace)
+    tested = json.loads((run_folder / "test_metrics.json").read_text())["checkpoint"]
+    states = torch.load(workspace / tested, weights_only=True)["callbacks"].values()
+    (state,) = [s for s in states if s.get("monitor")]
+    val_losses = [value for _, value in scalars(run_folder, "val/loss")]
+    assert state["monitor"] == "val/loss"
+    assert float(state["best_model_score"]) == pytest.approx(min(val_losses))
+    assert float(state["best_model_score"]) <= val_losses[-1]  # last.ckpt's
+
+    for command in (
+        shown(f"{train} --devices 2 --strategy ddp_spawn"),
+        shown(f"{train} --devices 2"),
+        shown("torchrun --standalone --nproc_per_node 2 train.py"),
+    ):
+        two_processes(run(as_typed(command), workspace, output))
+
+    port = str(free_port())
+    nodes = [
+        UserCommand(
+            as_typed(shown(f"torchrun --nnodes 2 --nproc_per_node 1 --node_rank {rank}"),
+                     **{"29500": port}),
+            workspace, output, {},
+        )
+        for rank in (0, 1)
+    ]
+    finished = [node.wait() for node in nodes]
+    for node in finished:
+        assert node.returncode == 0, node.output[-6000:]
+        assert_no_warnings(node)
+    two_processes(finished[0])
+
+    srun = fake_srun(workspace / "bin")
+    slurm = {
+        "PATH": f"{srun}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "2",
+        "SLURM_NNODES": "1", "SLURM_NTASKS_PER_NODE": "2", "SLURM_NODELIST": "localhost",
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+    }  # fmt: skip
+    command = ["bash", "scripts/slurm/train.sbatch", "--accelerator", "cpu", "--max_epochs", "1"]
+    two_processes(run(command, workspace, output, **slurm))
+
+    run(as_typed(shown(f"{train} --precision bf16-mixed")), workspace, output)
+    before = len(list((workspace / "runs" / "default").iterdir()))
+    resumed = run([*as_typed(shown(f"{train} --ckpt_path last"), epochs=False), "--max_epochs", "2"], workspace, output)
+    assert len(list((workspace / "runs" / "default").iterdir())) == before  # no new run folder
+    assert "Best checkpoint:" in resumed.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_deploy_commands_as_the_readme_shows_them(workspace: Path, output: str) -> None:
+    run(as_typed(shown("python train.py")), workspace, output)
+    folder = newest_run(workspace)
+    evaluated = run(as_typed(shown("python evaluate.py"), epochs=False), workspace, output)
+    assert "test/acc" in evaluated.output
+    run(as_typed(shown("python evaluate.py --ckpt_path last"), epochs=False), workspace, output)
+    assert json.loads((folder / "eval_metrics.json").read_text())["checkpoint"].endswith("last.ckpt")
+    run(as_typed(shown("python export.py"), epochs=False), workspace, output)
+    (onnx,) = (folder / "export").glob("*.onnx")
+
+    images = workspace / "images"
+    images.mkdir()
+    rng = np.random.default_rng(0)
+    for path in (images / "a.png", images / "b.png", workspace / "photo.png"):
+        Image.fromarray(rng.integers(0, 256, (28, 28, 3), dtype=np.uint8)).save(path)
+    placeholder = "runs/default/version_0/export/<name>.onnx"
+    predicted = run(
+        as_typed(shown("python predict.py --model"), epochs=False, **{placeholder: str(onnx)}),
+        workspace, output,
+    )  # fmt: skip
+    assert all(name in predicted.output for name in ("a.png", "b.png", "photo.png"))
+    checkpoint = f"{folder.relative_to(workspace)}/checkpoints/last.ckpt"
+    command = shown("python predict.py --model runs/default/version_0/checkpoints/last.ckpt")
+    command = command.replace("runs/default/version_0/checkpoints/last.ckpt", checkpoint)
+    run(as_typed(command, epochs=False), workspace, output)
+    assert len((workspace / "preds.csv").read_text().splitlines()) == 3 + 1  # a header row
+
+    port = str(free_port())
+    server = UserCommand(
+        as_typed(shown("python serve.py"), epochs=False, **{placeholder: str(onnx), "8000": port}),
+        workspace, output, {},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + LIMIT
+        while not healthy(port):
+            assert server.process.poll() is None, server.output()[-3000:]
+            assert time.monotonic() < deadline, server.output()[-3000:]
+            time.sleep(0.5)
+        body = json.dumps({"image": base64.b64encode((workspace / "photo.png").read_bytes()).decode()})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/predict", data=body.encode(),
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert json.loads(response.read())["class"]
+    finally:
+        server.process.send_signal(signal.SIGTERM)
+        finished = server.wait(limit=60)
+    assert_no_warnings(finished)
+
+
+def healthy(port: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_sweep_commands_as_the_readme_shows_them(workspace: Path, output: str) -> None:
+    for command in (shown("python sweep.py --n_trials"), shown("python sweep.py --config")):
+        argv = as_typed(command)
+        argv[argv.index("--n_trials") + 1] = "2"
+        finished = run(argv, workspace, output)
+        assert "Best trial:" in finished.output
+    assert (workspace / "runs" / "sweeps" / "default" / "best.yaml").is_file()
