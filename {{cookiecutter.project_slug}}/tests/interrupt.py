@@ -4,6 +4,7 @@ import os
 import signal
 
 import lightning as L
+import torch
 from fsspec.implementations.local import LocalFileOpener
 
 
@@ -54,3 +55,16 @@ class KillDuringCheckpointWrite(L.Callback):
             return 0
 
         LocalFileOpener.write = write_half_then_die
+
+
+class CollectiveOnOneRank(L.Callback):
+    """After `step` steps, one process enters an all_reduce that the others never call."""
+
+    def __init__(self, step: int, rank: int) -> None:
+        self.step = step
+        self.rank = rank
+
+    def on_train_batch_end(self, trainer: L.Trainer, *_: object) -> None:
+        if trainer.global_step == self.step and trainer.global_rank == self.rank:
+            print(f"rank {self.rank} enters an all_reduce alone", flush=True)
+            torch.distributed.all_reduce(torch.ones(1))

@@ -2,8 +2,10 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,12 +23,16 @@ EXACT = [
 ]  # fmt: skip
 
 
+def run_env() -> dict[str, str]:
+    """The environment of a training subprocess that imports tests/interrupt.py."""
+    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
 def run(command: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run a training subprocess that can import the callbacks in tests/interrupt.py."""
-    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path}
     return subprocess.run(
-        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        command, cwd=cwd, env=run_env(), capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -107,6 +113,36 @@ def test_a_failing_rank_stops_every_process(command: Callable, tmp_path: Path) -
     failed = run(command(*args, *with_callback("RaiseAtStep", step=2, rank=1)), tmp_path)
     assert failed.returncode != 0
     assert "injected failure on rank 1 at step 2" in failed.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sigterm", [False, True], ids=["waiting", "sigterm"])
+def test_processes_out_of_step_end_with_an_error_naming_rank_and_collective(
+    sigterm: bool, command: Callable, tmp_path: Path
+) -> None:
+    args = ["--devices", "2", "--strategy", "ddp", "--max_epochs", "1"]
+    args += ["--collective_timeout", "10", *with_callback("CollectiveOnOneRank", step=2, rank=1)]
+    log = tmp_path / "output.log"
+    started = time.monotonic()
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            command(*args), cwd=tmp_path, env=run_env(), stdout=output, stderr=subprocess.STDOUT
+        )
+        if sigterm:  # what a scheduler (or a user's kill) does to a run that seems stuck
+            while "enters an all_reduce alone" not in log.read_text():
+                assert process.poll() is None, log.read_text()[-3000:]
+                time.sleep(0.2)
+            process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            pytest.fail(f"still running 120 s later:\n{log.read_text()[-3000:]}")
+    text = log.read_text()
+    assert process.returncode not in (0, None), text[-3000:]
+    named = r"error: rank \d of 2 waited 10 s in torch\.distributed\.\w+"
+    assert re.search(named, text), text[-3000:]
+    assert time.monotonic() - started < 100
 
 
 def test_a_new_run_never_overwrites_an_old_one(train: Callable) -> None:

@@ -31,13 +31,12 @@ from dataclasses import dataclass
 from fcntl import ioctl
 from pathlib import Path
 
+import fake_data
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-
-import fake_data
 from logged import scalars
+from PIL import Image
 
 PROJECT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -86,7 +85,9 @@ class UserCommand:
         self.command = shlex.join(command)
         self.stacks = cwd / ".stacks" / str(time.monotonic_ns())
         self.stacks.mkdir(parents=True)
-        path = os.pathsep.join([str(TESTS / "stacks"), str(TESTS), os.environ.get("PYTHONPATH", "")])
+        path = os.pathsep.join(
+            [str(TESTS / "stacks"), str(TESTS), os.environ.get("PYTHONPATH", "")]
+        )
         env = {
             **os.environ,
             **env,
@@ -171,12 +172,10 @@ def as_typed(command: str, epochs: bool = True, **replace: str) -> list[str]:
     return argv
 
 
-def run(
-    command: list[str], cwd: Path, output: str, limit: float = LIMIT, **env: str
-) -> Finished:
+def run(command: list[str], cwd: Path, output: str, limit: float = LIMIT, **env: str) -> Finished:
     finished = UserCommand(command, cwd, output, env).wait(limit)
-    assert finished.returncode == 0, f"{finished.command} exited with {finished.returncode}:\n" + (
-        finished.output[-6000:]
+    assert finished.returncode == 0, (
+        f"{finished.command} exited with {finished.returncode}:\n" + (finished.output[-6000:])
     )
     assert_no_warnings(finished)
     return finished
@@ -227,7 +226,7 @@ def fake_srun(folder: Path) -> Path:
     script.write_text(
         "#!/bin/bash\n"
         "pids=()\n"
-        'for ((i = 0; i < SLURM_NTASKS; i++)); do\n'
+        "for ((i = 0; i < SLURM_NTASKS; i++)); do\n"
         '    SLURM_PROCID=$i SLURM_LOCALID=$i SLURM_NODEID=0 "$@" &\n'
         "    pids+=($!)\n"
         "done\n"
@@ -266,9 +265,13 @@ def test_training_commands_as_the_readme_shows_them(workspace: Path, output: str
     port = str(free_port())
     nodes = [
         UserCommand(
-            as_typed(shown(f"torchrun --nnodes 2 --nproc_per_node 1 --node_rank {rank}"),
-                     **{"29500": port}),
-            workspace, output, {},
+            as_typed(
+                shown(f"torchrun --nnodes 2 --nproc_per_node 1 --node_rank {rank}"),
+                **{"29500": port},
+            ),
+            workspace,
+            output,
+            {},
         )
         for rank in (0, 1)
     ]
@@ -290,7 +293,11 @@ def test_training_commands_as_the_readme_shows_them(workspace: Path, output: str
 
     run(as_typed(shown(f"{train} --precision bf16-mixed")), workspace, output)
     before = len(list((workspace / "runs" / "default").iterdir()))
-    resumed = run([*as_typed(shown(f"{train} --ckpt_path last"), epochs=False), "--max_epochs", "2"], workspace, output)
+    resumed = run(
+        [*as_typed(shown(f"{train} --ckpt_path last"), epochs=False), "--max_epochs", "2"],
+        workspace,
+        output,
+    )
     assert len(list((workspace / "runs" / "default").iterdir())) == before  # no new run folder
     assert "Best checkpoint:" in resumed.output
 
@@ -303,7 +310,9 @@ def test_deploy_commands_as_the_readme_shows_them(workspace: Path, output: str) 
     evaluated = run(as_typed(shown("python evaluate.py"), epochs=False), workspace, output)
     assert "test/acc" in evaluated.output
     run(as_typed(shown("python evaluate.py --ckpt_path last"), epochs=False), workspace, output)
-    assert json.loads((folder / "eval_metrics.json").read_text())["checkpoint"].endswith("last.ckpt")
+    assert json.loads((folder / "eval_metrics.json").read_text())["checkpoint"].endswith(
+        "last.ckpt"
+    )
     run(as_typed(shown("python export.py"), epochs=False), workspace, output)
     (onnx,) = (folder / "export").glob("*.onnx")
 
@@ -322,7 +331,7 @@ def test_deploy_commands_as_the_readme_shows_them(workspace: Path, output: str) 
     command = shown("python predict.py --model runs/default/version_0/checkpoints/last.ckpt")
     command = command.replace("runs/default/version_0/checkpoints/last.ckpt", checkpoint)
     run(as_typed(command, epochs=False), workspace, output)
-    assert len((workspace / "preds.csv").read_text().splitlines()) == 3 + 1  # a header row
+    assert len((workspace / "preds.csv").read_text().splitlines()) == 2 + 1  # images/ and a header
 
     port = str(free_port())
     server = UserCommand(
@@ -335,7 +344,9 @@ def test_deploy_commands_as_the_readme_shows_them(workspace: Path, output: str) 
             assert server.process.poll() is None, server.output()[-3000:]
             assert time.monotonic() < deadline, server.output()[-3000:]
             time.sleep(0.5)
-        body = json.dumps({"image": base64.b64encode((workspace / "photo.png").read_bytes()).decode()})
+        body = json.dumps(
+            {"image": base64.b64encode((workspace / "photo.png").read_bytes()).decode()}
+        )
         request = urllib.request.Request(
             f"http://127.0.0.1:{port}/predict", data=body.encode(),
             headers={"Content-Type": "application/json"},

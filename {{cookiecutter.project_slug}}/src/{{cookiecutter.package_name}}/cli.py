@@ -301,9 +301,9 @@ def fit(cli: LightningCLI) -> None:
         kept = f"last good checkpoint: {newest}" if newest else "no checkpoint was written"
         sys.exit(f"error: training diverged: {error}; {kept}")
     except RuntimeError as error:
-        if (collective := stuck_collective(error)) is None:
+        if (timeout := collective_timeout(error)) is None:
             raise
-        sys.exit(out_of_step(trainer, error, collective, cli.config.collective_timeout))
+        sys.exit(out_of_step(trainer, timeout, cli.config.collective_timeout))
     except SIGTERMException:
         saved = next((c.saved for c in trainer.callbacks if isinstance(c, SaveOnPreemption)), None)
         if trainer.is_global_zero:
@@ -312,29 +312,34 @@ def fit(cli: LightningCLI) -> None:
         sys.exit(128 + signal.SIGTERM)
 
 
-def stuck_collective(error: BaseException) -> str | None:
-    """The torch.distributed call that gave up waiting for the other processes, if it did.
+def collective_timeout(error: BaseException | None) -> BaseException | None:
+    """The first torch.distributed timeout that led to `error`, or None if none did.
 
-    gloo raises "Timed out waiting ..." in the process; NCCL's watchdog ends the process
-    itself with a message that names the rank and the collective.
+    gloo raises "Timed out waiting ..." in the process, and "Application timeout caused pair
+    closure" in a collective that follows it (Lightning's SIGTERM handler makes one); NCCL's
+    watchdog ends the process itself with a message naming the rank and the collective.
     """
-    if "timed out" not in str(error).lower():
-        return None
-    frames = traceback.extract_tb(error.__traceback__)
+    first = None
+    while error is not None:
+        message = str(error).lower()
+        if "timed out" in message or "timeout" in message:
+            first = error
+        error = error.__context__
+    return first
+
+
+def out_of_step(trainer: Trainer, timeout: BaseException, seconds: float) -> str:
+    """The one-line error of a process that gave up waiting in a collective."""
+    frames = traceback.extract_tb(timeout.__traceback__)
     calls = [f.name for f in frames if f.filename.endswith("distributed_c10d.py")]
-    return calls[-1] if calls else None
-
-
-def out_of_step(trainer: Trainer, error: RuntimeError, collective: str, timeout: float) -> str:
-    """The one-line error of a process that waited `timeout` seconds in `collective`."""
     # Where this process waited, for the log; each other process prints its own.
     print(f"Stack of rank {trainer.global_rank} when it gave up waiting:", file=sys.stderr)
-    traceback.print_tb(error.__traceback__, file=sys.stderr)
+    traceback.print_list(frames, file=sys.stderr)
     return (
-        f"error: rank {trainer.global_rank} of {trainer.world_size} waited {timeout:g} s in "
-        f"torch.distributed.{collective} for the other processes, which ran something else "
-        "or stopped; the processes are out of step (its stack is above). "
-        "--collective_timeout sets the wait"
+        f"error: rank {trainer.global_rank} of {trainer.world_size} waited {seconds:g} s in "
+        f"torch.distributed.{calls[-1] if calls else 'a collective'} for the other processes, "
+        "which ran something else or stopped: the processes are out of step (its stack is "
+        "above). --collective_timeout sets the wait"
     )
 
 
@@ -401,9 +406,9 @@ def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
             cli.model, datamodule=cli.datamodule, ckpt_path=best or None, verbose=False
         )
     except RuntimeError as error:
-        if (collective := stuck_collective(error)) is None:
+        if (timeout := collective_timeout(error)) is None:
             raise
-        sys.exit(out_of_step(trainer, error, collective, cli.config.collective_timeout))
+        sys.exit(out_of_step(trainer, timeout, cli.config.collective_timeout))
     metrics = {key: float(value) for key, value in results[0].items()} if results else {}
     log_dir = trainer.log_dir  # a collective call: every rank must make it
     if trainer.is_global_zero and log_dir:

@@ -12,7 +12,9 @@ from pathlib import Path
 if os.environ.get("STACKS_AFTER") and os.environ.get("STACKS_DIR"):
     _command = Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     _rank = ", ".join(
-        f"{key}={os.environ[key]}" for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID") if key in os.environ
+        f"{key}={os.environ[key]}"
+        for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID")
+        if key in os.environ
     )
     _file = (Path(os.environ["STACKS_DIR"]) / f"{os.getpid()}.txt").open("w")
     _file.write(f"process {os.getpid()} ({_rank or 'no rank set yet'}): {_command}\n")
