@@ -13,7 +13,9 @@ from {{ cookiecutter.package_name }}.data import DataModule
 # fake_data.py provides the data_args and train_command fixtures for this dataset.
 pytest_plugins = ["fake_data"]
 
-# Small, quiet, single-process runs; each test adds what it checks.
+# Test-only flags, for speed: small, quiet, single-process runs; each test adds what it
+# checks. They are never the only coverage of a default: tests/test_user_paths.py runs the
+# README's commands with the default bar, workers, callbacks and loggers.
 FAST = [
     "--accelerator", "cpu",
     "--devices", "1",

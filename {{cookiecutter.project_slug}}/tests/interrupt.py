@@ -6,6 +6,7 @@ import signal
 import lightning as L
 import torch
 from fsspec.implementations.local import LocalFileOpener
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 
 class SignalAtStep(L.Callback):
@@ -68,3 +69,16 @@ class CollectiveOnOneRank(L.Callback):
         if trainer.global_step == self.step and trainer.global_rank == self.rank:
             print(f"rank {self.rank} enters an all_reduce alone", flush=True)
             torch.distributed.all_reduce(torch.ones(1))
+
+
+class GatherAfterTheBar(ModelCheckpoint):
+    """A checkpoint callback that gathers a value from every process when an epoch ends.
+
+    Lightning runs checkpoint callbacks after the progress bar, like a model's own
+    `on_train_epoch_end`: a collective there is where rank 0 and the others part if only
+    rank 0's bar computes the epoch's metrics.
+    """
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        gathered = pl_module.all_gather(torch.tensor(float(trainer.global_rank)))
+        print(f"rank {trainer.global_rank} gathered {gathered.tolist()}", flush=True)

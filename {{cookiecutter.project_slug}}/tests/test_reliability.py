@@ -145,6 +145,18 @@ def test_processes_out_of_step_end_with_an_error_naming_rank_and_collective(
     assert time.monotonic() - started < 100
 
 
+@pytest.mark.slow
+def test_a_collective_after_the_progress_bar_at_epoch_end_does_not_hang(
+    command: Callable, tmp_path: Path
+) -> None:
+    args = ["--devices", "2", "--strategy", "ddp", "--max_epochs", "1"]
+    args += ["--trainer.enable_progress_bar", "true", "--collective_timeout", "60"]
+    args += with_callback("GatherAfterTheBar", save_top_k=0)
+    result = run(command(*args), tmp_path, timeout=150)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "rank 0 gathered [0.0, 1.0]" in result.stdout
+
+
 def test_a_new_run_never_overwrites_an_old_one(train: Callable) -> None:
     first = train("--max_epochs", "1")
     second = train("--max_epochs", "1", "--model.optimizer.lr", "0.01")

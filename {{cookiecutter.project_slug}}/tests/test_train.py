@@ -1,7 +1,6 @@
 """train.py end to end: the run folder, checkpoints, resume, config round trip and errors."""
 
 import json
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,7 +45,7 @@ def test_run_folder_holds_config_checkpoints_logs_and_test_metrics(train: Callab
     assert (RUN / "config.yaml").is_file()
     assert (RUN / "checkpoints" / "last.ckpt").is_file()
     best = [p for p in (RUN / "checkpoints").glob("epoch*.ckpt")]
-    assert len(best) == 1 and "val_acc" in best[0].name
+    assert len(best) == 1 and "val_loss" in best[0].name
     saved = json.loads((RUN / "test_metrics.json").read_text())
     assert saved["test/acc"] == pytest.approx(metrics["test/acc"])
     assert Path(saved["checkpoint"]) == best[0]
@@ -171,21 +170,6 @@ def test_print_config_shows_the_complete_config(
         config
     )
     assert config["model"]["backbone"]["class_path"].endswith("SmallCNN")
-
-
-@pytest.mark.slow
-def test_two_processes_train_with_ddp_on_cpu(command: Callable, tmp_path: Path) -> None:
-    result = subprocess.run(
-        command("--devices", "2", "--strategy", "ddp", "--max_epochs", "1"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert [p.name for p in (tmp_path / "runs" / "default").iterdir()] == ["version_0"]
-    saved = json.loads((tmp_path / RUN / "test_metrics.json").read_text())
-    assert 0.0 <= saved["test/acc"] <= 1.0
 
 
 @pytest.mark.parametrize(

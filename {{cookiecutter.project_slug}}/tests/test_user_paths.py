@@ -38,6 +38,8 @@ import torch
 from logged import scalars
 from PIL import Image
 
+pytestmark = [pytest.mark.slow, pytest.mark.user_path]
+
 PROJECT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 OUTPUTS = ["terminal", "file"]
@@ -199,10 +201,15 @@ def newest_run(cwd: Path) -> Path:
     return max(runs, key=lambda p: p.stat().st_mtime).parent.parent
 
 
-def two_processes(finished: Finished) -> None:
-    """The run had two processes: the effective batch counts both."""
+def two_processes(finished: Finished, workspace: Path, runs_before: int) -> None:
+    """The run had two processes (the effective batch counts both) and one run folder."""
     found = re.search(r"x (\d+) device\(s\) x (\d+) node\(s\)", finished.output)
     assert found and int(found[1]) * int(found[2]) == 2, finished.output[-3000:]
+    assert run_folders(workspace) == runs_before + 1
+
+
+def run_folders(workspace: Path) -> int:
+    return len(list((workspace / "runs" / "default").glob("version_*")))
 
 
 @pytest.fixture
@@ -238,7 +245,6 @@ def fake_srun(folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("output", OUTPUTS)
 def test_training_commands_as_the_readme_shows_them(workspace: Path, output: str) -> None:
     train = shown("python train.py")
@@ -260,9 +266,10 @@ def test_training_commands_as_the_readme_shows_them(workspace: Path, output: str
         shown(f"{train} --devices 2"),
         shown("torchrun --standalone --nproc_per_node 2 train.py"),
     ):
-        two_processes(run(as_typed(command), workspace, output))
+        before = run_folders(workspace)
+        two_processes(run(as_typed(command), workspace, output), workspace, before)
 
-    port = str(free_port())
+    port, before = str(free_port()), run_folders(workspace)
     nodes = [
         UserCommand(
             as_typed(
@@ -279,7 +286,7 @@ def test_training_commands_as_the_readme_shows_them(workspace: Path, output: str
     for node in finished:
         assert node.returncode == 0, node.output[-6000:]
         assert_no_warnings(node)
-    two_processes(finished[0])
+    two_processes(finished[0], workspace, before)
 
     srun = fake_srun(workspace / "bin")
     slurm = {
@@ -288,21 +295,23 @@ def test_training_commands_as_the_readme_shows_them(workspace: Path, output: str
         "SLURM_NNODES": "1", "SLURM_NTASKS_PER_NODE": "2", "SLURM_NODELIST": "localhost",
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
     }  # fmt: skip
-    command = ["bash", "scripts/slurm/train.sbatch", "--accelerator", "cpu", "--max_epochs", "1"]
-    two_processes(run(command, workspace, output, **slurm))
+    # The script runs here in place of sbatch; it asks for GPUs, this test has a CPU.
+    command = ["bash", *as_typed(shown("sbatch scripts/slurm/train.sbatch"))[1:]]
+    command += ["--accelerator", "cpu"]
+    before = run_folders(workspace)
+    two_processes(run(command, workspace, output, **slurm), workspace, before)
 
     run(as_typed(shown(f"{train} --precision bf16-mixed")), workspace, output)
-    before = len(list((workspace / "runs" / "default").iterdir()))
+    before = run_folders(workspace)
     resumed = run(
         [*as_typed(shown(f"{train} --ckpt_path last"), epochs=False), "--max_epochs", "2"],
         workspace,
         output,
     )
-    assert len(list((workspace / "runs" / "default").iterdir())) == before  # no new run folder
+    assert run_folders(workspace) == before  # it went on in the newest run's folder
     assert "Best checkpoint:" in resumed.output
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("output", OUTPUTS)
 def test_deploy_commands_as_the_readme_shows_them(workspace: Path, output: str) -> None:
     run(as_typed(shown("python train.py")), workspace, output)
@@ -367,7 +376,6 @@ def healthy(port: str) -> bool:
         return False
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("output", OUTPUTS)
 def test_sweep_commands_as_the_readme_shows_them(workspace: Path, output: str) -> None:
     for command in (shown("python sweep.py --n_trials"), shown("python sweep.py --config")):

@@ -29,6 +29,21 @@ class BatchSizeReport(L.Callback):
         )
 
 
+class SyncEpochMetrics(L.Callback):
+    """Computes the epoch's logged metrics on every process as soon as the epoch ends.
+
+    Computing them synchronises the processes (a sync_dist value is all-reduced, a
+    torchmetrics metric gathers its counts). Lightning's progress bar, on rank 0 only, would
+    otherwise compute them in its own epoch-end hook while the other processes go on to the
+    next hook: a collective there (in a later callback or the model's own
+    `on_train_epoch_end`) would then wait for a different one on rank 0, and the run would
+    hang. This callback runs before the bar, on every process.
+    """
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        _ = trainer.callback_metrics  # computed once here, on every rank; cached for the rest
+
+
 class EpochLine(L.Callback):
     """Prints one line per finished epoch with its main metrics, above the progress bar.
 
@@ -48,6 +63,7 @@ class EpochLine(L.Callback):
         self.report(trainer, trainer.current_epoch - 1)
 
     def report(self, trainer: L.Trainer, epoch: int) -> None:
+        # Read on every rank (reading may compute, and computing synchronises); print on one.
         metrics = {key: trainer.callback_metrics.get(key) for key in self.KEYS}
         shown = "  ".join(f"{k} {float(v):.4f}" for k, v in metrics.items() if v is not None)
         if epoch <= self.printed or not shown or not trainer.is_global_zero:

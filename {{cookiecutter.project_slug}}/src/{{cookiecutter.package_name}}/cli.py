@@ -36,7 +36,7 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
-from .callbacks import BatchSizeReport, EpochLine, samples_in
+from .callbacks import BatchSizeReport, EpochLine, SyncEpochMetrics, samples_in
 from .checkpoint import load_checkpoint, load_weights
 from .compat import set_collective_timeout
 from .data import DataModule
@@ -370,6 +370,7 @@ def build_cli(args: list[str] | None, callbacks: Sequence[Callback] = ()) -> Tra
             parser_class=OneLineErrors,
             trainer_defaults={
                 "callbacks": [
+                    SyncEpochMetrics(),  # before the bar, so every rank syncs at one point
                     BatchSizeReport(),
                     EpochLine(),
                     ThroughputMonitor(samples_in, window_size=20),
