@@ -9,7 +9,11 @@ then measures, each question in one process with its sides interleaved:
 3. training DataLoader throughput per dataset option at num_workers 0 and the default;
 4. the cost of the progress bar (Lightning's TQDM and Rich bars, the project's paced TQDM
    bar) and of logging every step;
+5. test accuracy of the default run (digits and mnist) beside a plain loop with the same
+   network, and for digits beside an SVM on the same split;
    the project runs on a pseudo-terminal, so the bars draw as in a user's shell.
+
+MNIST is the real one from ../shared/data/mnist where it is there (the table says which).
 
 Prints a markdown table (medians, min, max, ratios) and writes everything to JSON.
 """
@@ -38,6 +42,10 @@ DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "image_folder")
 # The stand-in training sets have the real ones' sizes (cifar10: 5 batches of 10,000).
 FULL_SIZES = {"idx": {"train": 60_000, "t10k": 10_000}, "cifar_per_batch": 10_000}
 QUICK_SIZES = {"idx": {"train": 600, "t10k": 100}, "cifar_per_batch": 100}
+# The official MNIST files, beside this repository (a generated project never refers to them).
+SHARED_MNIST = REPO.parent / "shared" / "data" / "mnist"
+# Digits: each data seed is another train/val/test split; 0, the default, is `python train.py`.
+DIGITS_SEEDS = (0, 1, 2)
 
 
 def render(dataset: str, output: Path) -> Path:
@@ -66,6 +74,16 @@ def write_data(project: Path, dataset: str, root: Path, quick: bool) -> list[str
         args = fake_data.write_dataset(root)
         written.write_text(json.dumps(args))
     return json.loads(written.read_text())
+
+
+def real_mnist(root: Path) -> list[str] | None:
+    """The official MNIST files installed once under root, as data arguments; None without them."""
+    install = SHARED_MNIST / "install.sh"
+    if not install.is_file():
+        return None
+    if not (root / "MNIST" / "raw").is_dir():
+        subprocess.run(["bash", str(install), str(root)], check=True, capture_output=True)
+    return ["--data.root", str(root)]
 
 
 def load_module(path: Path, name: str) -> Any:
@@ -266,6 +284,26 @@ def summarise_compare(dataset: str, results: dict[str, list[dict[str, Any]]]) ->
     return rows
 
 
+def summarise_accuracy(label: str, result: dict[str, Any]) -> list[dict]:
+    """Per seed: test accuracy and seconds per epoch of the default run and the plain loop."""
+    runs = result["runs"]
+    epochs = result["epochs"]
+    rows = [
+        row(f"{label}: test accuracy, default run ({epochs} epochs, best checkpoint)", "",
+            [r["test_acc"] for r in runs]),
+        row(f"{label}: test accuracy, plain loop (same network and data, last epoch)", "",
+            [r["plain"]["test_acc"] for r in runs]),
+        row(f"{label}: s per epoch, default run", "s", [epoch_medians(r) for r in runs]),
+        row(f"{label}: s per epoch, plain loop", "s", [epoch_medians(r["plain"]) for r in runs]),
+    ]  # fmt: skip
+    if "svc_test_acc" in runs[0]:
+        svc = [r["svc_test_acc"] for r in runs]
+        rows.append(row(f"{label}: test accuracy, SVC(gamma=0.001) on the same split", "", svc))
+        ours = [r["test_acc"] - s for r, s in zip(runs, svc, strict=True)]
+        rows.append(row(f"{label}: test accuracy, default run minus SVC", "", ours))
+    return rows
+
+
 def summarise_startup(results: dict[str, list[float]]) -> list[dict]:
     labels = {
         "python_start": "python -c pass",
@@ -325,6 +363,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--compare", nargs="*", default=["digits", "mnist"], choices=DATASETS)
     parser.add_argument("--loaders", nargs="*", default=list(DATASETS), choices=DATASETS)
     parser.add_argument(
+        "--accuracy",
+        nargs="*",
+        default=["digits", "mnist"],
+        choices=["digits", "mnist"],
+        help="default runs to train in full and test (mnist: about 6 minutes on 2 CPU cores)",
+    )
+    parser.add_argument(
         "--threads", type=int, default=None, help="torch CPU threads (1 steadies a shared machine)"
     )
     parser.add_argument("--accelerator", default="cpu", choices=["cpu", "gpu"])
@@ -338,11 +383,17 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     workdir.mkdir(parents=True, exist_ok=True)
     common = ["--accelerator", options.accelerator, "--rounds", str(rounds)]
     common += [] if options.threads is None else ["--threads", str(options.threads)]
-    used = sorted({"digits", *options.compare, *options.loaders})
+    used = sorted({"digits", *options.compare, *options.loaders, *options.accuracy})
     projects = {d: render(d, workdir / "projects") for d in used}
     data = {d: write_data(projects[d], d, workdir / "data" / d, options.quick) for d in used}
+    mnist = None if options.quick or "mnist" not in used else real_mnist(workdir / "data" / "real")
+    if mnist is not None:
+        data["mnist"] = mnist
+    source = "real MNIST" if mnist is not None else "stand-in data"
+    labels = {d: d for d in used} | {"mnist": f"mnist ({source})"}
     rows: list[dict[str, Any]] = []
     raw: dict[str, Any] = {"options": {k: str(v) for k, v in vars(options).items()}}
+    raw["mnist_data"] = source
     for dataset in options.compare:
         limit = 3 if options.quick else (options.mnist_batches if dataset == "mnist" else None)
         args = [*common, "--epochs", str(epochs), "--data-args", json.dumps(data[dataset])]
@@ -352,7 +403,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         args += [] if dataset == "digits" else ["--no-overhead-variants"]
         result = measure(projects[dataset], "compare", workdir / f"compare-{dataset}.json", *args)
         raw[f"compare/{dataset}"] = result
-        rows += summarise_compare(dataset, result)
+        rows += summarise_compare(labels[dataset], result)
     raw["startup"] = startup(projects["digits"], rounds, options.accelerator)
     rows += summarise_startup(raw["startup"])
     for dataset in options.loaders:
@@ -361,6 +412,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         result = measure(projects[dataset], "throughput", workdir / f"loader-{dataset}.json", *args)
         raw[f"throughput/{dataset}"] = result
         rows += summarise_throughput(dataset, result)
+    for dataset in options.accuracy:
+        args = [*common, "--data-args", json.dumps(data[dataset]), "--package-dataset", dataset]
+        seeds = DIGITS_SEEDS if dataset == "digits" and not options.quick else (0,)
+        args += ["--seeds", *map(str, seeds)]
+        args += ["--limit", "3", "--epochs", "2"] if options.quick else []
+        out = workdir / f"accuracy-{dataset}.json"
+        raw[f"accuracy/{dataset}"] = measure(projects[dataset], "accuracy", out, *args)
+        rows += summarise_accuracy(labels[dataset], raw[f"accuracy/{dataset}"])
     print(table(rows))
     out = options.out or workdir / "results.json"
     out.write_text(json.dumps({"rows": rows, "raw": raw}, indent=1))

@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import Tensor, nn
@@ -148,9 +149,11 @@ def plain_side(
     limit: int | None,
     device: torch.device,
     classic: bool,
+    test: bool = False,
 ) -> dict[str, Any]:
     """The hand-written loop: train_one_epoch (zero_grad/backward/step) and evaluate
-    (no_grad), same backbone, optimizer, schedule, batch size and number of steps."""
+    (no_grad), same backbone, optimizer, schedule, batch size and number of steps; with
+    `test`, the accuracy of the last epoch's network on the test split too."""
     data = importlib.import_module(f"{package}.data")
     model_module = importlib.import_module(f"{package}.model")
     datamodule = importlib.import_module(f"{package}.datamodule")
@@ -158,8 +161,9 @@ def plain_side(
     dm = data.DataModule(**data_kwargs)
     dm.prepare_data()
     dm.setup("fit")
-    # The network exactly as the project's model builds it (SmallCNN, stored channels-last).
-    network = model_module.ImageClassifier(dm.num_classes, dm.input_shape).backbone.to(device)
+    # The network exactly as the project's model builds it (ConvNet, stored channels-last).
+    model = model_module.ImageClassifier(dm.num_classes, dm.input_shape)
+    network = model.backbone.to(device)
     if classic:
         train_set, val_set = classic_sets(package, dm)
         workers = datamodule.default_num_workers()
@@ -184,7 +188,7 @@ def plain_side(
     per_epoch = min(len(train_loader), limit or len(train_loader))
     optimizer = torch.optim.AdamW(network.parameters())
     scheduler = model_module.warmup_cosine(optimizer, epochs * per_epoch, 0.05)
-    loss_fn = nn.CrossEntropyLoss()
+    loss_fn = model.loss  # the model's own (label smoothing included)
     epochs_timed, losses, val_losses = [], [], []
     for _ in range(epochs):
         start = sync(device)
@@ -196,7 +200,22 @@ def plain_side(
         trained = sync(device)
         val_losses.append(evaluate(network, val_loader, prepare, loss_fn, limit))
         epochs_timed.append({"total": sync(device) - start, "steps": trained - start})
-    return {"epochs": epochs_timed, "losses": losses, "val_losses": val_losses}
+    result = {"epochs": epochs_timed, "losses": losses, "val_losses": val_losses}
+    if test:
+        result["test_acc"] = test_accuracy(network, dm.test_dataloader(), prepare)
+    return result
+
+
+def test_accuracy(network: nn.Module, loader: Iterable, prepare: Callable) -> float:
+    """The share of test images classified correctly."""
+    network.eval()
+    correct, count = 0, 0
+    with torch.no_grad():
+        for batch in loader:
+            x, y = prepare(batch, training=False)
+            correct += int((network(x).argmax(1) == y).sum())
+            count += len(y)
+    return correct / count
 
 
 def train_one_epoch(
@@ -304,6 +323,52 @@ def compare(options: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+def accuracy(options: argparse.Namespace) -> dict[str, Any]:
+    """The default run (`python train.py`: fit for the default epochs, test the best
+    checkpoint) once per seed, and the plain loop with the same network, optimizer, schedule
+    and data for as many epochs: test accuracy and seconds per epoch. For digits, an SVM
+    (`SVC(gamma=0.001)` on the raw pixels) on the same training split, scored on the same
+    test split."""
+    device = torch.device("cuda" if options.accelerator == "gpu" else "cpu")
+    cli = importlib.import_module(f"{options.package}.cli")
+    limits = [] if options.limit is None else [
+        "--trainer.limit_train_batches", str(options.limit),
+        "--trainer.limit_val_batches", str(options.limit),
+    ]  # fmt: skip
+    epochs = options.epochs if options.limit is not None else cli.DEFAULT_MAX_EPOCHS
+    results: dict[str, Any] = {"epochs": epochs, "runs": []}
+    for seed in options.seeds:
+        # The data seed draws the split (digits: train/val/test, otherwise train/val); the
+        # training seed stays the default 42, so data seed 0 is exactly `python train.py`.
+        args = ["--data.seed", str(seed), *options.data_args]
+        args += ["--accelerator", options.accelerator, "--devices", "1"]
+        args += ["--max_epochs", str(epochs)]
+        clock = Clock(device)
+        cli.quiet_known_noise()
+        built = cli.build_cli([*args, *limits], callbacks=[clock])
+        built.trainer.fit(built.model, datamodule=built.datamodule)
+        tested = built.trainer.test(built.model, datamodule=built.datamodule, ckpt_path="best")
+        run = {"data_seed": seed, "test_acc": tested[0]["test/acc"], "epochs": clock.epochs}
+        data_kwargs = {**data_kwargs_of(options.data_args), "seed": seed}
+        plain = plain_side(options.package, data_kwargs, epochs, options.limit, device, False, True)
+        run["plain"] = {"test_acc": plain["test_acc"], "epochs": plain["epochs"]}
+        if options.package_dataset == "digits":
+            run["svc_test_acc"] = svc_accuracy(built.datamodule)
+        results["runs"].append(run)
+    return results
+
+
+def svc_accuracy(dm: Any) -> float:
+    """scikit-learn's classic digits baseline, trained and scored on the data module's split."""
+    from sklearn.svm import SVC
+
+    def arrays(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
+        images, labels = zip(*(dataset[i] for i in range(len(dataset))), strict=True)
+        return np.stack([image.flatten().numpy() for image in images]), np.array(labels)
+
+    return float(SVC(gamma=0.001).fit(*arrays(dm.train_set)).score(*arrays(dm.test_set)))
+
+
 def data_kwargs_of(data_args: list[str]) -> dict[str, Any]:
     pairs = zip(data_args[::2], data_args[1::2], strict=True)
     return {key.removeprefix("--data."): int(v) if v.isdigit() else v for key, v in pairs}
@@ -367,7 +432,9 @@ def samples_per_second(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("question", choices=["compare", "throughput"])
+    parser.add_argument("question", choices=["compare", "throughput", "accuracy"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="accuracy: data seeds")
+    parser.add_argument("--package-dataset", default="", help="accuracy: the render's dataset")
     parser.add_argument("--package", required=True)
     parser.add_argument("--data-args", default="[]", type=json.loads)
     parser.add_argument("--rounds", type=int, default=3)
@@ -392,7 +459,8 @@ def main() -> None:
         trust()
     with tempfile.TemporaryDirectory() as folder:
         os.chdir(folder)  # run folders and checkpoints of the Trainer go there
-        result = {"compare": compare, "throughput": throughput}[options.question](options)
+        questions = {"compare": compare, "throughput": throughput, "accuracy": accuracy}
+        result = questions[options.question](options)
     options.out.write_text(json.dumps(result))
 
 

@@ -28,7 +28,8 @@ def bench(
 ) -> tuple[list[dict], dict, str]:
     workdir = tmp_path_factory.mktemp("bench")
     out = workdir / "results.json"
-    args = ["--quick", "--compare", "digits", "--loaders", "digits", "--workdir", str(workdir)]
+    args = ["--quick", "--compare", "digits", "--loaders", "digits", "--accuracy", "digits"]
+    args += ["--workdir", str(workdir)]
     rows = module.main([*args, "--out", str(out)])
     return rows, json.loads(out.read_text()), module.table(rows)
 
@@ -54,6 +55,12 @@ def test_every_question_is_measured_and_written(bench: tuple[list[dict], dict, s
         "start-up: import share",
         "loader digits: workers=0",
         "loader digits: classic workers=0",
+        "digits: test accuracy, default run",
+        "digits: test accuracy, plain loop",
+        "digits: s per epoch, default run",
+        "digits: s per epoch, plain loop",
+        "digits: test accuracy, SVC(gamma=0.001) on the same split",
+        "digits: test accuracy, default run minus SVC",
     ):
         found = values(rows, start)
         assert found and all(math.isfinite(v) for v in found), start
@@ -103,3 +110,41 @@ def test_each_run_renders_the_template_afresh(module: ModuleType, tmp_path: Path
     (project / "runs").mkdir()
     assert module.render("digits", tmp_path) == project
     assert model.read_text() == current and not (project / "runs").exists()
+
+
+def test_accuracies_are_shares_of_the_test_split(bench: tuple[list[dict], dict, str]) -> None:
+    rows, written, _ = bench
+    for start in (
+        "digits: test accuracy, default run (",
+        "digits: test accuracy, plain",
+        "digits: test accuracy, SVC",
+    ):
+        assert all(0 < v <= 1 for v in values(rows, start)), start
+    run = written["raw"]["accuracy/digits"]["runs"][0]
+    assert run["test_acc"] == values(rows, "digits: test accuracy, default run (")[0]
+
+
+def test_real_mnist_is_used_where_it_is_and_named_stand_in_otherwise(
+    module: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = module.real_mnist(tmp_path / "real")
+    assert args == ["--data.root", str(tmp_path / "real")]
+    assert sorted(p.name for p in (tmp_path / "real" / "MNIST" / "raw").iterdir()) == [
+        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
+        "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+    ]  # fmt: skip
+    monkeypatch.setattr(module, "SHARED_MNIST", tmp_path / "nowhere")
+    assert module.real_mnist(tmp_path / "other") is None
+
+
+def test_step_time_times_each_render_in_every_round(module: ModuleType, tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("step_time", REPO / "benchmarks" / "step_time.py")
+    step_time = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_time)
+    first, second = (module.render("digits", tmp_path / name) for name in ("a", "b"))
+    args = ["--input-shape", "1", "8", "8", "--rounds", "2", "--steps", "1", "--batch-size", "4"]
+    times = step_time.main([*args, str(first), str(second)])
+    assert list(times) == [str(first), str(second)]
+    assert all(len(v) == 2 and all(0 < t < 60_000 for t in v) for v in times.values())
+    with pytest.raises(SystemExit):
+        step_time.main([*args, str(tmp_path)])  # not a render: no src/ folder

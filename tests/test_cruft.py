@@ -91,8 +91,8 @@ def test_cruft_update_keeps_user_edits(tmp_path: Path) -> None:
 
     # The user's own edits: a wider first block and a config of their own.
     backbones = project / "src" / "leaf_lab" / "backbones.py"
-    original = "conv_block(in_channels, width),"
-    edited = "conv_block(in_channels, 2 * width),\n            conv_block(2 * width, width),"
+    original = "layers = [conv_block(in_channels, width)]"
+    edited = "layers = [conv_block(in_channels, 2 * width), conv_block(2 * width, width)]"
     assert original in backbones.read_text()
     backbones.write_text(backbones.read_text().replace(original, edited))
     (project / "configs" / "my_experiment.yaml").write_text(USER_CONFIG)

@@ -182,7 +182,7 @@ def checkpoint_file(tmp_path: Path, make_datamodule: Callable) -> Callable[..., 
     def write(width: int, weights_width: int | None = None, **extra: object) -> Path:
         def hparams(w: int) -> dict:
             backbone = {
-                "class_path": "{{ cookiecutter.package_name }}.backbones.SmallCNN",
+                "class_path": "{{ cookiecutter.package_name }}.backbones.ConvNet",
                 "init_args": {"width": w},
             }
             return {

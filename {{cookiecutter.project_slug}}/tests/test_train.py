@@ -57,7 +57,7 @@ def test_checkpoints_load_without_pickle(train: Callable) -> None:
     train()
     for path in (RUN / "checkpoints").glob("*.ckpt"):
         checkpoint = torch.load(path, weights_only=True)
-        assert checkpoint["hyper_parameters"]["backbone"]["class_path"].endswith("SmallCNN")
+        assert checkpoint["hyper_parameters"]["backbone"]["class_path"].endswith("ConvNet")
     model = ImageClassifier.load_from_checkpoint(
         RUN / "checkpoints" / "last.ckpt", weights_only=True
     )
@@ -85,12 +85,12 @@ def test_resume_without_a_previous_run_says_so(
 
 
 def test_saved_config_reproduces_the_run(train: Callable) -> None:
-    train("--model.label_smoothing", "0.1", "--model.optimizer.lr", "0.002")
+    train("--model.label_smoothing", "0.05", "--model.optimizer.lr", "0.002")
     config = yaml.safe_load((RUN / "config.yaml").read_text())
     assert config["ckpt_path"] is None
-    assert config["model"]["label_smoothing"] == 0.1
+    assert config["model"]["label_smoothing"] == 0.05
     again = parse("--config", str(RUN / "config.yaml"))
-    assert again.model.hparams["label_smoothing"] == 0.1
+    assert again.model.hparams["label_smoothing"] == 0.05
     assert again.model.hparams["optimizer"]["init_args"]["lr"] == 0.002
     assert again.trainer.max_epochs == 2
 
@@ -169,7 +169,7 @@ def test_print_config_shows_the_complete_config(
     assert {"trainer", "model", "data", "checkpoint", "early_stopping", "seed_everything"} <= set(
         config
     )
-    assert config["model"]["backbone"]["class_path"].endswith("SmallCNN")
+    assert config["model"]["backbone"]["class_path"].endswith("ConvNet")
 
 
 @pytest.mark.parametrize(
