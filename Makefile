@@ -36,7 +36,8 @@ lint: venv
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-# Side by side: the generated project against a plain PyTorch loop, start-up, loaders.
+# Side by side: the generated project against a plain PyTorch loop, start-up, loaders, and
+# the test accuracy of the default runs (real MNIST from ../shared when it is there).
 # The table goes to the terminal, everything to build/bench/full/results.json;
 # BENCH_ARGS adds options, e.g. BENCH_ARGS="--accelerator gpu" (see benchmarks/README.md).
 BENCH_ARGS ?= --mnist-batches 20 --loader-batches 50
