@@ -216,7 +216,7 @@ def test_debug_fast_dev_run(train: Callable) -> None:
 def test_debug_overfit_drives_the_training_loss_near_zero(train: Callable) -> None:
     train("--config", str(DEBUG / "overfit.yaml"))
     losses = [value for _, value in scalars(RUN, "train/loss_epoch")]
-    assert len(losses) == 50
+    assert len(losses) == 100
     assert losses[-1] < 0.1, f"training loss ended at {losses[-1]:.3f}"
 
 

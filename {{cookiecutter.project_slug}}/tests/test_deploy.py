@@ -183,7 +183,7 @@ def checkpoint_file(tmp_path: Path, make_datamodule: Callable) -> Callable[..., 
         def hparams(w: int) -> dict:
             backbone = {
                 "class_path": "{{ cookiecutter.package_name }}.backbones.ConvNet",
-                "init_args": {"width": w},
+                "init_args": {"width": w, "stages": 2},  # the head sees 4 * width features
             }
             return {
                 "num_classes": datamodule.num_classes,

@@ -233,7 +233,8 @@ def write_best_config(best: FrozenTrial, sweep: Sweep) -> None:
 
 
 def save_plots(study: optuna.Study, folder: Path, complete: list[FrozenTrial]) -> None:
-    """history.png, and importances.png when completed trials differ in their parameters."""
+    """history.png, and importances.png when completed trials differ in their parameters
+    and in their results (with equal results every importance is the same: nothing to show)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no window
@@ -242,12 +243,13 @@ def save_plots(study: optuna.Study, folder: Path, complete: list[FrozenTrial]) -
 
     figures = {"history.png": plots.plot_optimization_history(study).figure}
     varied = any(len({repr(t.params.get(k)) for t in complete}) > 1 for k in study.best_params)
-    if len(complete) >= 2 and varied:
+    results_differ = len({t.value for t in complete}) > 1
+    if len(complete) >= 2 and varied and results_differ:
         figures["importances.png"] = plots.plot_param_importances(study).figure
     else:
         print(
             "Parameter importances need two completed trials with different "
-            "parameter values: importances.png not written yet."
+            "parameter values and different results: importances.png not written yet."
         )
     for name, figure in figures.items():
         figure.savefig(folder / name, dpi=120, bbox_inches="tight")
