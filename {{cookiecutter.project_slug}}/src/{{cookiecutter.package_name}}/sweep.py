@@ -233,8 +233,7 @@ def write_best_config(best: FrozenTrial, sweep: Sweep) -> None:
 
 
 def save_plots(study: optuna.Study, folder: Path, complete: list[FrozenTrial]) -> None:
-    """history.png, and importances.png when completed trials differ in their parameters
-    and in their results (with equal results every importance is the same: nothing to show)."""
+    """history.png, and importances.png when completed trials differ in their parameters."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no window
@@ -243,13 +242,17 @@ def save_plots(study: optuna.Study, folder: Path, complete: list[FrozenTrial]) -
 
     figures = {"history.png": plots.plot_optimization_history(study).figure}
     varied = any(len({repr(t.params.get(k)) for t in complete}) > 1 for k in study.best_params)
-    results_differ = len({t.value for t in complete}) > 1
-    if len(complete) >= 2 and varied and results_differ:
-        figures["importances.png"] = plots.plot_param_importances(study).figure
+    if len(complete) >= 2 and varied:
+        with warnings.catch_warnings():
+            # Optuna's warning when every completed trial has the same result; said below.
+            warnings.filterwarnings("ignore", message="Target and region quantiles")
+            figures["importances.png"] = plots.plot_param_importances(study).figure
+        if len({t.value for t in complete}) == 1:
+            print("Every completed trial has the same result so far: the importances are equal.")
     else:
         print(
             "Parameter importances need two completed trials with different "
-            "parameter values and different results: importances.png not written yet."
+            "parameter values: importances.png not written yet."
         )
     for name, figure in figures.items():
         figure.savefig(folder / name, dpi=120, bbox_inches="tight")
