@@ -10,6 +10,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import traceback
@@ -33,11 +34,10 @@ from lightning.pytorch.callbacks import (
 )
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.plugins.environments import SLURMEnvironment
-from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from .callbacks import BatchSizeReport, EpochLine, SyncEpochMetrics, samples_in
-from .checkpoint import load_checkpoint, load_weights
+from .checkpoint import load_checkpoint, load_weights, resolve_checkpoint
 from .compat import set_collective_timeout
 from .data import DataModule
 from .datamodule import ConfigError
@@ -123,38 +123,54 @@ class TrainCLI(LightningCLI):
             }
         )
 
+    def parse_arguments(self, parser: LightningArgumentParser, args: object) -> None:
+        """Parse; resuming a run folder's checkpoint puts the run's own config.yaml first.
+
+        The run goes on as it was configured (optimizer, backbone, data), and the flags given
+        apply on top of it (`--max_epochs 40`), whichever run is the newest.
+        """
+        super().parse_arguments(parser, args)
+        if self.config.ckpt_path is None:
+            return
+        logger = self.config.trainer.logger
+        logger = logger[0] if isinstance(logger, list) and logger else logger
+        if self.config.ckpt_path == "last":
+            if not getattr(logger, "class_path", "").endswith(FOLDER_LOGGERS):
+                raise ConfigError(
+                    "--ckpt_path last needs a TensorBoardLogger or CSVLogger (first) to find "
+                    "the run folders; give a file path"
+                )
+            experiment = Path(logger.init_args.save_dir) / logger.init_args.name
+            checkpoint = resolve_checkpoint("last", experiment)
+        elif Path(self.config.ckpt_path).is_file():
+            checkpoint = Path(self.config.ckpt_path)
+        else:
+            raise ConfigError(
+                f"ckpt_path {self.config.ckpt_path!r} is not a file; give a checkpoint file or "
+                "'last'"
+            )
+        run_config = checkpoint.parent.parent / "config.yaml"
+        if checkpoint.parent.name == "checkpoints" and run_config.is_file():
+            given = sys.argv[1:] if args is None else list(args)  # type: ignore[call-overload]
+            super().parse_arguments(parser, ["--config", str(run_config), *given])
+        self.config.ckpt_path = str(checkpoint)
+
     def before_instantiate_classes(self) -> None:
         check_devices(self.config.trainer.accelerator, self.config.trainer.devices)
         defaults = self.trainer_defaults.get("callbacks")
         if isinstance(defaults, list) and not wants_default_progress_bar(self.config.trainer):
             kept = [c for c in defaults if not isinstance(c, ProgressBar)]
             self.trainer_defaults["callbacks"] = kept
-        ckpt_path = self.config.ckpt_path
-        if ckpt_path is None:
+        if self.config.ckpt_path is None:
             return
         logger = self.config.trainer.logger
         logger = logger[0] if isinstance(logger, list) and logger else logger
-        run_folders = getattr(logger, "class_path", "").endswith(FOLDER_LOGGERS)
-        if ckpt_path == "last":
-            if not run_folders:
-                raise ConfigError(
-                    "--ckpt_path last needs a TensorBoardLogger or CSVLogger (first) to find "
-                    "the run folders; give a file path"
-                )
-            ckpt_path = newest_last_checkpoint(
-                Path(logger.init_args.save_dir) / logger.init_args.name
-            )
-        elif not Path(ckpt_path).is_file():
-            raise ConfigError(
-                f"ckpt_path {ckpt_path!r} is not a file; give a checkpoint file or 'last'"
-            )
-        ckpt_path = Path(ckpt_path)
-        self.config.ckpt_path = str(ckpt_path)
-        if run_folders and ckpt_path.parent.name == "checkpoints":
+        ckpt_path = Path(self.config.ckpt_path)
+        if getattr(logger, "class_path", "").endswith(FOLDER_LOGGERS) and (
+            ckpt_path.parent.name == "checkpoints"
+        ):
             # Keep logging into the folder of the run being resumed.
             run = ckpt_path.parent.parent
-            if logger.class_path.endswith("CSVLogger"):
-                keep_earlier_metrics(run)
             logger.init_args.save_dir = str(run.parent.parent)
             logger.init_args.name = run.parent.name
             logger.init_args.version = run.name
@@ -226,26 +242,6 @@ class SaveRunConfig(SaveConfigCallback):
         super().setup(trainer, pl_module, stage)
 
 
-def newest_last_checkpoint(experiment: Path) -> Path:
-    """The `last.ckpt` of the most recently written run under runs/<experiment>/."""
-    candidates = sorted(
-        experiment.glob("version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime
-    )
-    if not candidates:
-        raise ConfigError(
-            f"--ckpt_path last: no run under {experiment} has a checkpoints/last.ckpt to resume"
-        )
-    return candidates[-1]
-
-
-@rank_zero_only
-def keep_earlier_metrics(run: Path) -> None:
-    """Rename metrics.csv to metrics-<k>.csv: CSVLogger deletes it when it logs into the folder."""
-    metrics = run / "metrics.csv"
-    if metrics.is_file():
-        metrics.rename(run / f"metrics-{len(list(run.glob('metrics-*.csv')))}.csv")
-
-
 def summary(trainer: Trainer, metrics: dict[str, float], log_dir: str) -> str:
     """What a run leaves behind, and the commands that go on from it."""
     checkpoint = trainer.checkpoint_callback
@@ -261,8 +257,7 @@ def summary(trainer: Trainer, metrics: dict[str, float], log_dir: str) -> str:
         "Test": tested or "not run",
         "Run folder": f"{log_dir}  (config.yaml, checkpoints/, plots/, test_metrics.json)",
         "Watch": how_to_watch(log_dir),
-        "Resume": f"python train.py --config {log_dir}/config.yaml --ckpt_path "
-        f"{log_dir}/checkpoints/last.ckpt --max_epochs <more>",
+        "Resume": f"python train.py --ckpt_path {log_dir}/checkpoints/last.ckpt --max_epochs <more>",
     }
     return "\n".join(f"{name + ':':<17}{value}" for name, value in rows.items())
 
@@ -275,6 +270,9 @@ def quiet_known_noise() -> None:
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
     # jsonargparse deprecations triggered inside Lightning's own CLI code.
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="lightning.pytorch.cli")
+    # Lightning, when an epoch has fewer batches than log_every_n_steps: the step logs still
+    # come every N steps, counted across epochs, and every epoch logs its own means.
+    warnings.filterwarnings("ignore", message="The number of training batches .* is smaller")
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
         lambda record: not record.getMessage().startswith("💡 Tip")
     )
@@ -308,7 +306,8 @@ def fit(cli: LightningCLI) -> None:
         saved = next((c.saved for c in trainer.callbacks if isinstance(c, SaveOnPreemption)), None)
         if trainer.is_global_zero:
             print(f"Stopped by a signal at step {trainer.global_step}; saved {saved}.")
-            print("Resume with: python train.py --ckpt_path last (plus the same options)")
+            if saved is not None:
+                print(f"Resume with: python train.py --ckpt_path {saved}")
         sys.exit(128 + signal.SIGTERM)
 
 
@@ -344,11 +343,59 @@ def out_of_step(trainer: Trainer, timeout: BaseException, seconds: float) -> str
 
 
 def check_resumable(model: torch.nn.Module, path: Path) -> None:
-    """Refuse a checkpoint that is unsafe, damaged or of another architecture, before training."""
+    """Refuse a checkpoint that is unsafe, damaged or cannot go on under this configuration.
+
+    Resuming restores the optimizer's and the schedule's state and the weights: another
+    optimizer or schedule class, other layer shapes or another input shape or class count
+    cannot take them. One line names each difference and the commands that work.
+    """
     checkpoint = load_checkpoint(path)
     if "state_dict" not in checkpoint or "loops" not in checkpoint:
         raise ConfigError(f"{path} is not a Lightning training checkpoint (nothing to resume)")
-    load_weights(model, checkpoint["state_dict"], path)
+    saved, now = checkpoint.get("hyper_parameters", {}), dict(model.hparams)
+    changes = [
+        f"model.{key} {class_of(saved.get(key))} (now {class_of(now.get(key))})"
+        for key in ("optimizer", "scheduler", "backbone")
+        if class_of(saved.get(key)) != class_of(now.get(key))
+    ]
+    for key, name in (("input_shape", "input shape"), ("num_classes", "class count")):
+        was, wanted = saved.get(key), now.get(key)
+        if was is not None and plain(was) != plain(wanted):
+            changes.append(f"data {name} {plain(was)} (now {plain(wanted)})")
+    state, expected = checkpoint["state_dict"], model.state_dict()
+    if not changes and (differ := layer_differences(state, expected)):
+        first = differ[0]
+        more = f" and {len(differ) - 1} more" if len(differ) > 1 else ""
+        changes.append(f"other layers ({first}{more})")
+    if changes:
+        raise ConfigError(
+            f"{path} was trained with {'; '.join(changes)}, which cannot resume from it: "
+            f"resume as it was configured (python train.py --ckpt_path {path}, plus flags "
+            "that change none of these), or start a new run with the change (no --ckpt_path)"
+        )
+    load_weights(model, state, path)
+
+
+def layer_differences(state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> list[str]:
+    """Each layer that is in only one of two state dicts, or has another shape in each."""
+    differ = [f"{key} not in the model" for key in state.keys() - expected.keys()]
+    differ += [f"{key} not in the checkpoint" for key in expected.keys() - state.keys()]
+    differ += [
+        f"{key} {tuple(state[key].shape)} (now {tuple(value.shape)})"
+        for key, value in expected.items()
+        if key in state and state[key].shape != value.shape
+    ]
+    return sorted(differ)
+
+
+def class_of(value: object) -> object:
+    """The class path of a class_path/init_args dict, else the value itself."""
+    return value.get("class_path") if isinstance(value, dict) else value
+
+
+def plain(value: object) -> object:
+    """A shape as a tuple, whether it was saved as a list or a tuple."""
+    return tuple(value) if isinstance(value, list | tuple) else value
 
 
 def build_cli(args: list[str] | None, callbacks: Sequence[Callback] = ()) -> TrainCLI:
@@ -392,6 +439,9 @@ def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
         cli = build_cli(args, callbacks)
         if cli.config.ckpt_path:
             check_resumable(cli.model, Path(cli.config.ckpt_path))
+            # ModelCheckpoint warns about any folder that holds checkpoints; here it should.
+            folder = re.escape(str(Path(cli.config.ckpt_path).parent))
+            warnings.filterwarnings("ignore", message=f"Checkpoint directory {folder} exists")
     except (ConfigError, MisconfigurationException) as error:
         # Lightning's own checks (e.g. a negative max_epochs) are one sentence too.
         sys.exit(f"error: {str(error).splitlines()[0]}")

@@ -6,11 +6,13 @@ cut into batches by indexing, augmented and normalised as whole batches on the d
 """
 
 import os
+import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import lightning as L
 import torch
+from lightning.fabric.utilities.seed import pl_worker_init_function
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -128,6 +130,7 @@ class ImageDataModule(L.LightningDataModule):
             persistent_workers=self.num_workers > 0,
             generator=torch.Generator().manual_seed(self.seed + 1),
             collate_fn=self.collate_fn,
+            worker_init_fn=leave_stop_signals_to_the_main_process,
         )
 
 
@@ -187,3 +190,18 @@ def default_num_workers() -> int:
     """Half of the CPUs this process may use (at least 1, at most 8)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(8, (cpus or 2) // 2))
+
+
+def leave_stop_signals_to_the_main_process(worker_id: int) -> None:
+    """Start a loader worker that SIGTERM does not kill.
+
+    A SIGTERM sent to the whole process group (`kill -- -PGID`, a scheduler's time limit)
+    would end the workers first, and the main process would crash on a dead worker instead
+    of saving a checkpoint and stopping (a sweep would record the trial as failed, not
+    stopped). The main process stops its workers itself, and a worker whose main process is
+    gone exits within seconds.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if int(os.environ.get("PL_SEED_WORKERS", 0)):
+        # What Lightning installs itself when a loader has no worker_init_fn of its own.
+        pl_worker_init_function(worker_id)

@@ -22,9 +22,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     try:
         checkpoint = resolve_checkpoint(known.ckpt_path)
         load_checkpoint(checkpoint)  # a refused or damaged file stops here, in one line
-        # The run's own config, so the test sees the same data, callbacks and run folder.
-        config = ["--config", str(run_config(checkpoint)), *rest, "--ckpt_path", str(checkpoint)]
-        cli = build_cli(config)
+        run_config(checkpoint)  # the data setup comes from the run's own config.yaml
+        # build_cli puts that config first: the test sees the run's data, callbacks and folder.
+        cli = build_cli([*rest, "--ckpt_path", str(checkpoint)])
     except ConfigError as error:
         sys.exit(f"error: {error}")
     trainer = cli.trainer

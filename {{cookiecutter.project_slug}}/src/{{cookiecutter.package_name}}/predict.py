@@ -1,6 +1,6 @@
 """Classify image files with a checkpoint or an exported artifact.
 
-python predict.py --model runs/default/version_0/export/best.onnx images/ cat.png
+python predict.py --model runs/default/version_<N>/export/best.onnx images/ cat.png
 python predict.py --model best.ckpt images/ --output preds.csv     (or .json)
 
 An input that cannot be decoded is reported by name and the others are still

@@ -19,7 +19,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 from optuna.pruners import BasePruner, MedianPruner
-from optuna.samplers import BaseSampler, TPESampler
+from optuna.samplers import BaseSampler
 
 from .cli import SaveRunConfig, TrainCLI
 from .data import DataModule
@@ -43,6 +43,16 @@ class Sweep:
     space: dict[str, BaseDistribution]
     train_args: list[str]
     n_trials: int
+    space_file: Path
+
+    def sampler_after(self, trials: int) -> BaseSampler:
+        """The sampler for a study that already has `trials` trials.
+
+        A seeded sampler restarted with its seed would draw the first trials' values again;
+        its seed moves on by the number of trials, so a continued study is as reproducible
+        as a new one and tries new values.
+        """
+        return read_space(self.space_file, seed_offset=trials).sampler
 
     @property
     def folder(self) -> Path:
@@ -93,6 +103,7 @@ def parse(argv: list[str]) -> Sweep:
         space={key: distribution(key, spec) for key, spec in space.params.items()},
         train_args=train_args,
         n_trials=own.n_trials,
+        space_file=path,
     )
 
 
@@ -128,18 +139,25 @@ def is_search_space(path: Path) -> bool:
     return isinstance(content, dict) and any(key in content for key in SPACE_KEYS)
 
 
-def read_space(path: Path) -> Any:
-    """metric, direction, sampler and pruner (Optuna classes by class_path), params."""
+def read_space(path: Path, seed_offset: int = 0) -> Any:
+    """metric, direction, sampler and pruner (Optuna classes by class_path), params.
+
+    A sampler's seed, when it has one, is moved on by `seed_offset`.
+    """
     parser = ArgumentParser(exit_on_error=False)
     parser.add_argument("--metric", type=str, default="val/acc")
     parser.add_argument("--direction", type=Literal["maximize", "minimize"], default="maximize")
-    parser.add_argument("--sampler", type=BaseSampler, default=lazy_instance(TPESampler, seed=0))
+    sampler = {"class_path": "optuna.samplers.TPESampler", "init_args": {"seed": 0}}
+    parser.add_argument("--sampler", type=BaseSampler, default=sampler)
     parser.add_argument("--pruner", type=BasePruner, default=lazy_instance(MedianPruner))
     parser.add_argument("--params", type=dict[str, dict[str, Any]], default={})
     try:
+        config = parser.parse_path(path, defaults=True)
+        if seed_offset and getattr(config.sampler.init_args, "seed", None) is not None:
+            config.sampler.init_args.seed += seed_offset
         # jsonargparse 4.49 renamed instantiate_classes; this project admits 4.41.
         instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes
-        return instantiate(parser.parse_path(path, defaults=True))
+        return instantiate(config)
     except Exception as error:
         raise ConfigError(f"{path}: {one_line(error)} (keys: {', '.join(SPACE_KEYS)})") from error
 

@@ -1,6 +1,6 @@
 """An HTTP prediction service with LitServe.
 
-python serve.py --model runs/default/version_0/export/best.onnx --port 8000
+python serve.py --model runs/default/version_<N>/export/best.onnx --port 8000
 
 POST /predict with JSON {"image": "<base64 of an image file>"} returns
 {"class": ..., "probability": ..., "probabilities": {class name: probability}};

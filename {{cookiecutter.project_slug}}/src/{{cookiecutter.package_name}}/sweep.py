@@ -7,10 +7,13 @@ python sweep.py --n_trials 20             again: continues the study where it st
 
 import contextlib
 import copy
+import gc
 import json
+import logging
 import os
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +38,8 @@ TRIAL_ENV = "SWEEP_TRIAL_ID"
 # A trial whose process died without a word (kill -9, power cut) is failed, and retried
 # once, when it has sent no heartbeat for GRACE_S seconds.
 HEARTBEAT_S, GRACE_S = 10, 30
+# Set by SIGTERM and Ctrl-C: whatever a trial raises after it, it was stopped, not failed.
+STOP = threading.Event()
 
 
 def run(argv: list[str] | None = None) -> None:
@@ -43,6 +48,7 @@ def run(argv: list[str] | None = None) -> None:
     # relies on Optuna's heartbeats and plots, marked experimental since Optuna 2.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter", category=UserWarning)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    quiet_optuna()
     try:
         sweep = parse(sys.argv[1:] if argv is None else argv)
         if TRIAL_ENV in os.environ:
@@ -87,14 +93,22 @@ def open_study(sweep: Sweep) -> optuna.Study:
         )
     study.set_user_attr("goal", goal)
     optuna.storages.fail_stale_trials(study)
+    if trials := len(study.get_trials(deepcopy=False)):
+        study.sampler = sweep.sampler_after(trials)
     return study
 
 
 def optimize(study: optuna.Study, sweep: Sweep, n_trials: int) -> None:
     """Run trials one at a time; on Ctrl-C or SIGTERM queue the stopped trial again and exit."""
-    previous = signal.signal(signal.SIGTERM, stop)
+    STOP.clear()
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        study.optimize(lambda t: objective(t, sweep), n_trials=n_trials, catch=(Exception,))
+        study.optimize(
+            lambda t: objective(t, sweep),
+            n_trials=n_trials,
+            catch=(Exception,),
+            callbacks=[lambda study, trial: after_trial(study, trial, sweep)],
+        )
     except KeyboardInterrupt:
         last = study.get_trials(deepcopy=False)[-1]
         if last.state != TrialState.FAIL:
@@ -105,7 +119,8 @@ def optimize(study: optuna.Study, sweep: Sweep, n_trials: int) -> None:
             "when the same command continues the study."
         )
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def objective(trial: Trial, sweep: Sweep) -> float:
@@ -161,9 +176,13 @@ def run_trial(trial: Trial, sweep: Sweep) -> PyTorchLightningPruningCallback:
             main(args, callbacks=[pruning])
         except SystemExit as stop:
             # Optuna records exceptions only: a stop goes on as one, any other exit fails.
-            if stopped_by_user(stop):
+            if stopped_by_user(stop) or STOP.is_set():
                 raise KeyboardInterrupt from stop
             raise RuntimeError(f"train.py stopped: {stop.code}") from stop
+        except Exception as error:
+            if STOP.is_set():  # e.g. a collective that the signal broke off
+                raise KeyboardInterrupt from error
+            raise
     return pruning
 
 
@@ -199,8 +218,48 @@ def finished(study: optuna.Study) -> int:
 
 
 def stop(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM (kill) stops the sweep the way Ctrl-C does."""
+    """SIGTERM (kill) stops the sweep the way Ctrl-C does; both mark the trial as stopped."""
+    STOP.set()
     raise KeyboardInterrupt
+
+
+def quiet_optuna() -> None:
+    """Optuna's warnings (a crashed trial and its traceback), not its progress lines.
+
+    Its lines for finished trials print values with every float digit (after_trial prints
+    them with four), and a trial stopped by the user is not a crash: the sweep says so in
+    one line instead of Optuna's traceback.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.disable_default_handler()
+    root = logging.getLogger("optuna")
+    if OPTUNA_HANDLER not in root.handlers:
+        root.addHandler(OPTUNA_HANDLER)
+
+
+OPTUNA_HANDLER = logging.StreamHandler()
+OPTUNA_HANDLER.setFormatter(logging.Formatter("[%(levelname).1s %(asctime)s] %(message)s"))
+OPTUNA_HANDLER.addFilter(lambda record: not STOP.is_set())
+
+
+def after_trial(study: optuna.Study, trial: FrozenTrial, sweep: Sweep) -> None:
+    """Free the trial's loaders and worker processes, then print one line about it.
+
+    A trial that raised (pruned, failed) leaves its loaders in a reference cycle through the
+    traceback. Collected later, possibly inside a worker process forked by the next trial,
+    they would try to stop workers that are not that process's children, and print
+    tracebacks; collected here, they stop their workers at once.
+    """
+    gc.collect()
+    if trial.state == TrialState.COMPLETE:
+        best = study.best_trial
+        print(
+            f"Trial {trial.number} finished: {sweep.metric} {trial.value:.4f} "
+            f"(best: trial {best.number}, {best.value:.4f})"
+        )
+    elif trial.state == TrialState.PRUNED:
+        epochs = len(trial.intermediate_values)
+        print(f"Trial {trial.number} pruned after {epochs} validation(s)")
 
 
 def report(study: optuna.Study, sweep: Sweep) -> None:

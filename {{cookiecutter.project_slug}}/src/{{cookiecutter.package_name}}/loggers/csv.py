@@ -2,7 +2,7 @@
 
 # cli.py resumes by the first logger's folder, runs/<name>/version_<N>/: the run folder.
 LOGGER = {
-    "class_path": "lightning.pytorch.loggers.CSVLogger",
+    "class_path": "{{ cookiecutter.package_name }}.compat.AppendingCSVLogger",
     "init_args": {"save_dir": "runs", "name": "default"},
 }
 

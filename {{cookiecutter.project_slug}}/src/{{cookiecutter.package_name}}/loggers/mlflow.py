@@ -8,7 +8,7 @@ TRACKING_URI = "sqlite:///runs/mlflow.db"
 
 LOGGER = [
     {
-        "class_path": "lightning.pytorch.loggers.CSVLogger",
+        "class_path": "{{ cookiecutter.package_name }}.compat.AppendingCSVLogger",
         "init_args": {"save_dir": "runs", "name": "default"},
     },
     {

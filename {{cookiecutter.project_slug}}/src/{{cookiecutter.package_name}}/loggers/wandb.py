@@ -7,7 +7,7 @@ runs under runs/wandb/; `wandb sync` uploads them once you have an account.
 
 LOGGER = [
     {
-        "class_path": "lightning.pytorch.loggers.CSVLogger",
+        "class_path": "{{ cookiecutter.package_name }}.compat.AppendingCSVLogger",
         "init_args": {"save_dir": "runs", "name": "default"},
     },
     {
