@@ -129,3 +129,35 @@ def test_output_path_with_spaces(tmp_path) -> None:
     assert (rendered.path / "LICENSE").is_file()
     cli = import_cli(rendered)
     assert Path(cli.__file__).is_relative_to(rendered.path / "src")
+
+
+def readme_commands(readme: Path) -> list[str]:
+    """The commands of the README's bash blocks, continuations joined, comments dropped."""
+    blocks = re.findall(r"```bash\n(.*?)```", readme.read_text(), re.S)
+    lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
+    commands = [" ".join(line.split("  #")[0].split()) for line in lines]
+    return [command for command in commands if command and not command.startswith("#")]
+
+
+def test_readme_commands_fit_the_chosen_logger_and_dataset(rendered: Render) -> None:
+    commands = readme_commands(rendered.path / "README.md")
+    # Only the TensorBoard logger writes event files for `tensorboard --logdir`.
+    viewers = {"tensorboard": "tensorboard ", "mlflow": "mlflow ui", "wandb": "wandb sync"}
+    for logger, viewer in viewers.items():
+        shown = [c for c in commands if viewer in c]
+        assert bool(shown) == (rendered.answers["logger"] == logger), (logger, shown)
+    # A new run needs the data's location unless the dataset downloads itself offline (digits)
+    # or a run's own config.yaml (a resume, a sweep's best trial) already holds it.
+    needs_root = rendered.answers["dataset"] != "digits"
+    new_runs = [
+        command
+        for command in commands
+        if re.search(r"\b(train|sweep)\.py\b", command)
+        and "runs/" not in command
+        and "--ckpt_path" not in command
+    ]
+    assert new_runs
+    for command in new_runs:
+        assert ("--data.root" in command) == needs_root, command
+    # Run folders are numbered per experiment: an example names no particular one.
+    assert not [c for c in commands if "version_0" in c and "sweeps" not in c]

@@ -1,6 +1,12 @@
 """The data module yields what the model expects: seeded split, train-only augmentation."""
 
+import gc
+import multiprocessing
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 import torch
@@ -101,3 +107,48 @@ def test_bad_values_are_refused_by_name(
 ) -> None:
     with pytest.raises(ConfigError, match=f"data.{key}"):
         make_datamodule(**{key: value})
+
+
+def test_a_sigterm_from_another_process_leaves_loader_workers_running(
+    make_datamodule: Callable[..., DataModule],
+) -> None:
+    """A SIGTERM to the whole job reaches the workers too: the main process stops them
+    itself after saving; workers the signal killed would make it fail instead."""
+    datamodule = make_datamodule(num_workers=1, batch_size=4)
+    datamodule.setup("fit")
+    loader = datamodule.train_dataloader()
+    batches = iter(loader)
+    next(batches)
+    workers = multiprocessing.active_children()
+    assert workers
+    for worker in workers:  # sent by `kill`, as `kill -- -PGID` or a scheduler would
+        subprocess.run(["kill", "-s", "TERM", str(worker.pid)], check=True)
+    time.sleep(1)
+    assert all(worker.is_alive() for worker in workers)
+    assert sum(1 for _ in batches) == len(loader) - 1
+    del batches, loader  # the workers stop here, not in a later test
+    gc.collect()
+    assert not any(worker.is_alive() for worker in workers)
+
+
+def test_a_process_ends_with_loader_workers_still_running(
+    data_args: list[str], tmp_path: Path
+) -> None:
+    """At exit, multiprocessing ends the workers with SIGTERM from their main process."""
+    script = tmp_path / "exit_with_workers.py"
+    script.write_text(
+        "import sys\n"
+        "from {{ cookiecutter.package_name }}.cli import build_cli\n"
+        "cli = build_cli(sys.argv[1:])\n"
+        "cli.datamodule.setup('fit')\n"
+        "loader = cli.datamodule.train_dataloader()\n"
+        "batches = iter(loader)\n"
+        "next(batches)\n"
+        "print('one batch', flush=True)\n"
+    )
+    ended = subprocess.run(
+        [sys.executable, str(script), *data_args, "--data.num_workers", "1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    assert "one batch" in ended.stdout

@@ -1,5 +1,7 @@
 """sweep.py: an Optuna study of train.py runs that survives crashes and continues after a stop."""
 
+import multiprocessing
+import os
 import signal
 import subprocess
 import sys
@@ -131,6 +133,36 @@ def test_a_stopped_sweep_continues_where_it_stopped(
     assert again[2].params == first[1].params  # the interrupted trial ran again first
 
 
+def test_a_continued_study_tries_new_values(run_sweep: Callable) -> None:
+    """A seeded sampler restarted with its own seed would draw the first trials' values again."""
+    run_sweep(SPACE, "--n_trials", "2")
+    run_sweep(SPACE, "--n_trials", "4")
+    params = [trial.params for trial in trials()]
+    assert len(params) == 4
+    assert params[2] not in params[:2] and params[3] not in params[:2]
+
+
+def test_each_trial_stops_its_loader_workers_before_the_next(
+    run_sweep: Callable, capfd: pytest.CaptureFixture
+) -> None:
+    """A pruned trial's loaders would otherwise outlive it, and be collected in a worker
+    process of a later trial, printing tracebacks."""
+    prune = "pruner: {class_path: optuna.pruners.ThresholdPruner, init_args: {lower: 2.0}}\n"
+    always_prune = SPACE + prune
+    before = set(multiprocessing.active_children())
+    run_sweep(always_prune, "--n_trials", "2", "--data.num_workers", "1")
+    assert [t.state for t in trials()] == [TrialState.PRUNED] * 2
+    assert set(multiprocessing.active_children()) - before == set()
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_trial_lines_print_four_digits(run_sweep: Callable, capsys: pytest.CaptureFixture) -> None:
+    run_sweep(SPACE, "--n_trials", "1")
+    (trial,) = trials()
+    line = f"Trial 0 finished: val/acc {trial.value:.4f} (best: trial 0, {trial.value:.4f})"
+    assert line in capsys.readouterr().out
+
+
 def test_report_best_config_and_plots(run_sweep: Callable, capsys: pytest.CaptureFixture) -> None:
     run_sweep(SPACE, "--n_trials", "2")
     done = trials()
@@ -260,17 +292,21 @@ def test_ddp_trials_run_one_after_another(
 def test_sigterm_stops_the_sweep_and_the_same_command_continues(
     sweep_command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    log = tmp_path / "stderr.txt"
-    with log.open("w") as stderr:
-        # Long trials, so that the signal arrives while the first one runs.
+    log = tmp_path / "output.txt"
+    with log.open("w") as output:
+        # Long trials, so that the signal arrives while the first one runs, with a loader
+        # worker; the signal goes to the whole process group, as a scheduler sends it.
         process = subprocess.Popen(
-            [*sweep_command, "--max_epochs", "100", "--n_trials", "2"], cwd=tmp_path, stderr=stderr
-        )
+            [*sweep_command, "--max_epochs", "100", "--n_trials", "2", "--data.num_workers", "1"],
+            cwd=tmp_path, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
         while not (tmp_path / STUDY / "trial_000").exists() and process.poll() is None:
             time.sleep(0.5)
-        process.terminate()
+        time.sleep(2)  # into the first epochs
+        os.killpg(process.pid, signal.SIGTERM)
         assert process.wait(timeout=120) != 0
-    assert "Trial 0 is recorded as failed" in log.read_text()
+    assert "Trial 0 is recorded as failed" in log.read_text(), log.read_text()[-3000:]
+    assert "Traceback" not in log.read_text()
     monkeypatch.chdir(tmp_path)
     first = trials()
     assert [t.state for t in first] == [TrialState.FAIL, TrialState.WAITING]

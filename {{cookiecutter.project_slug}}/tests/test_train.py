@@ -13,7 +13,9 @@ from {{ cookiecutter.package_name }}.cli import SaveRunConfig, TrainCLI
 from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 
+PROJECT = Path(__file__).resolve().parents[1]
 RUN = Path("runs/default/version_0")
+SECOND = Path("runs/default/version_1")
 
 
 def parse(*args: str) -> TrainCLI:
@@ -74,6 +76,49 @@ def test_resume_from_last_continues_at_the_saved_epoch_and_step(train: Callable)
     assert not Path("runs/default/version_1").exists()  # logged into the resumed run's folder
     steps = [step for step, _ in scalars(RUN, "train/loss_step")]
     assert len(steps) == len(set(steps)) == 12  # steps 0-7 once, then 8-11: no restart from zero
+
+
+def test_resume_last_goes_on_as_the_newest_run_was_configured(train: Callable) -> None:
+    train("--max_epochs", "1")
+    train("--max_epochs", "1", "--config", str(PROJECT / "configs" / "sgd_step.yaml"))
+    # The newest run used SGD; the command without that config resumes it as SGD.
+    train("--max_epochs", "2", "--ckpt_path", "last")
+    resumed = torch.load(SECOND / "checkpoints" / "last.ckpt", weights_only=True)
+    assert resumed["epoch"] == 1
+    assert resumed["hyper_parameters"]["optimizer"]["class_path"] == "torch.optim.SGD"
+    assert "momentum" in resumed["optimizer_states"][0]["param_groups"][0]
+    assert not Path("runs/default/version_2").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (
+            ["--model.optimizer", "torch.optim.SGD"],
+            "model.optimizer torch.optim.AdamW (now torch.optim.SGD)",
+        ),
+        (
+            ["--model.scheduler", "torch.optim.lr_scheduler.StepLR", "--model.scheduler.step_size",
+             "1"],
+            "model.scheduler None (now torch.optim.lr_scheduler.StepLR)",
+        ),
+        (["--model.backbone.width", "8"], "other layers (backbone."),
+    ],
+    ids=["optimizer", "scheduler", "layer shapes"],
+)  # fmt: skip
+def test_resume_refuses_a_change_the_checkpoint_cannot_take(
+    train: Callable, change: list[str], named: str
+) -> None:
+    train("--max_epochs", "1")
+    last = RUN / "checkpoints" / "last.ckpt"
+    written = last.stat().st_mtime_ns
+    with pytest.raises(SystemExit) as exit_info:
+        train("--max_epochs", "2", "--ckpt_path", str(last), *change)
+    message = str(exit_info.value)
+    assert named in message, message
+    assert f"resume as it was configured (python train.py --ckpt_path {last}" in message
+    assert len(message.splitlines()) == 1
+    assert last.stat().st_mtime_ns == written
 
 
 def test_resume_without_a_previous_run_says_so(

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import fake_data
 import numpy as np
+import optuna
 import pytest
 import torch
 from logged import scalars
@@ -49,13 +50,16 @@ LIMIT = 240
 # Warnings that the default commands print and that come from other projects, not from
 # this one's defaults. Anything else a default command prints as a warning fails the test.
 ALLOWED_WARNINGS = [
-    # Lightning suggests workers for the in-memory datasets, which need none (README).
-    r"The '\w+_dataloader' does not have many workers",
-    # Lightning, for a validation split smaller than log_every_n_steps batches.
-    r"The number of training batches \(\d+\) is smaller than the logging interval",
     # Lightning, on a CPU-only machine, says a GPU would be faster.
     r"GPU available: False",
 ]
+# A warning as Python prints it ("...Warning: ..."), as Lightning prints it ("file.py:12:
+# message"), a logged WARNING, or a traceback (one that was raised or one that was ignored).
+WARNING_OR_TRACEBACK = re.compile(
+    r"\w*Warning: .*|^\S+\.py:\d+: .*|^WARNING.*|^\[W .*|Traceback \(most recent call last\)"
+    r"|^Exception ignored in.*",
+    re.M,
+)
 
 
 def readme_commands() -> list[str]:
@@ -184,8 +188,8 @@ def run(command: list[str], cwd: Path, output: str, limit: float = LIMIT, **env:
 
 
 def assert_no_warnings(finished: Finished) -> None:
-    """No warning in the output, except those on the allow-list."""
-    found = re.findall(r"\w*Warning: .*|^WARNING.*", finished.output, re.M)
+    """No warning or traceback in the output, except the warnings on the allow-list."""
+    found = WARNING_OR_TRACEBACK.findall(finished.output.replace("\r", "\n"))
     unexpected = [w for w in found if not any(re.search(a, w) for a in ALLOWED_WARNINGS)]
     assert not unexpected, f"{finished.command} warned:\n" + "\n".join(unexpected)
 
@@ -302,14 +306,19 @@ def test_training_commands_as_the_readme_shows_them(workspace: Path, output: str
     two_processes(run(command, workspace, output, **slurm), workspace, before)
 
     run(as_typed(shown(f"{train} --precision bf16-mixed")), workspace, output)
-    before = run_folders(workspace)
+    # In README order, the newest run before a resume uses other config files.
+    run(as_typed(shown(f"{train} --config configs/sgd_step.yaml")), workspace, output)
+    before, newest = run_folders(workspace), newest_run(workspace)
     resumed = run(
-        [*as_typed(shown(f"{train} --ckpt_path last"), epochs=False), "--max_epochs", "2"],
+        [*as_typed(shown("python train.py --ckpt_path last"), epochs=False), "--max_epochs", "2"],
         workspace,
         output,
     )
     assert run_folders(workspace) == before  # it went on in the newest run's folder
     assert "Best checkpoint:" in resumed.output
+    state = torch.load(newest / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["epoch"] == 1
+    assert state["hyper_parameters"]["scheduler"]["class_path"].endswith("ReduceLROnPlateau")
 
 
 @pytest.mark.parametrize("output", OUTPUTS)
@@ -322,6 +331,8 @@ def test_deploy_commands_as_the_readme_shows_them(workspace: Path, output: str) 
     assert json.loads((folder / "eval_metrics.json").read_text())["checkpoint"].endswith(
         "last.ckpt"
     )
+    # The run folder keeps what training logged next to what the evaluations added.
+    assert scalars(folder, "val/loss") and scalars(folder, "test/acc")
     run(as_typed(shown("python export.py"), epochs=False), workspace, output)
     (onnx,) = (folder / "export").glob("*.onnx")
 
@@ -330,15 +341,15 @@ def test_deploy_commands_as_the_readme_shows_them(workspace: Path, output: str) 
     rng = np.random.default_rng(0)
     for path in (images / "a.png", images / "b.png", workspace / "photo.png"):
         Image.fromarray(rng.integers(0, 256, (28, 28, 3), dtype=np.uint8)).save(path)
-    placeholder = "runs/default/version_0/export/<name>.onnx"
+    placeholder = "runs/default/version_<N>/export/<name>.onnx"
     predicted = run(
         as_typed(shown("python predict.py --model"), epochs=False, **{placeholder: str(onnx)}),
         workspace, output,
     )  # fmt: skip
     assert all(name in predicted.output for name in ("a.png", "b.png", "photo.png"))
     checkpoint = f"{folder.relative_to(workspace)}/checkpoints/last.ckpt"
-    command = shown("python predict.py --model runs/default/version_0/checkpoints/last.ckpt")
-    command = command.replace("runs/default/version_0/checkpoints/last.ckpt", checkpoint)
+    command = shown("python predict.py --model runs/default/version_<N>/checkpoints/last.ckpt")
+    command = command.replace("runs/default/version_<N>/checkpoints/last.ckpt", checkpoint)
     run(as_typed(command, epochs=False), workspace, output)
     assert len((workspace / "preds.csv").read_text().splitlines()) == 2 + 1  # images/ and a header
 
@@ -378,9 +389,33 @@ def healthy(port: str) -> bool:
 
 @pytest.mark.parametrize("output", OUTPUTS)
 def test_sweep_commands_as_the_readme_shows_them(workspace: Path, output: str) -> None:
-    for command in (shown("python sweep.py --n_trials"), shown("python sweep.py --config")):
-        argv = as_typed(command)
-        argv[argv.index("--n_trials") + 1] = "2"
-        finished = run(argv, workspace, output)
-        assert "Best trial:" in finished.output
+    first = as_typed(shown("python sweep.py --n_trials"), epochs=False)
+    first[first.index("--n_trials") + 1] = "2"
+    if output == "file":
+        # Stopped by SIGTERM to the whole process group (a scheduler, `kill -- -PGID`) while
+        # the second trial trains, then continued by the same command.
+        first += ["--max_epochs", "5"]
+        sweep = UserCommand(first, workspace, output, {})
+        started = workspace / "runs" / "sweeps" / "default" / "trial_001"
+        while not started.exists() and sweep.process.poll() is None:
+            time.sleep(0.2)
+        sweep.stop(signal.SIGTERM)
+        stopped = sweep.wait()
+        assert "Stopped. Trial 1 is recorded as failed" in stopped.output, stopped.output[-3000:]
+        assert_no_warnings(stopped)
+    else:
+        first += ["--max_epochs", "1"]
+    finished = run(first, workspace, output)
+    assert "Best trial:" in finished.output
+    study = optuna.load_study(
+        study_name="default", storage=f"sqlite:///{workspace}/runs/sweeps/default/study.db"
+    )
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 2
+    if output == "file":
+        assert done[1].params == study.trials[1].params  # the stopped trial ran again
+
+    second = as_typed(shown("python sweep.py --config"))
+    second[second.index("--n_trials") + 1] = "2"
+    assert "Best trial:" in run(second, workspace, output).output
     assert (workspace / "runs" / "sweeps" / "default" / "best.yaml").is_file()

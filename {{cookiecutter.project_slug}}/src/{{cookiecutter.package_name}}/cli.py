@@ -35,6 +35,7 @@ from lightning.pytorch.callbacks import (
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
+from torch import Tensor
 
 from .callbacks import BatchSizeReport, EpochLine, SyncEpochMetrics, samples_in
 from .checkpoint import load_checkpoint, load_weights, resolve_checkpoint
@@ -257,7 +258,8 @@ def summary(trainer: Trainer, metrics: dict[str, float], log_dir: str) -> str:
         "Test": tested or "not run",
         "Run folder": f"{log_dir}  (config.yaml, checkpoints/, plots/, test_metrics.json)",
         "Watch": how_to_watch(log_dir),
-        "Resume": f"python train.py --ckpt_path {log_dir}/checkpoints/last.ckpt --max_epochs <more>",
+        "Resume": f"python train.py --ckpt_path {log_dir}/checkpoints/last.ckpt "
+        "--max_epochs <more>",
     }
     return "\n".join(f"{name + ':':<17}{value}" for name, value in rows.items())
 
@@ -298,17 +300,24 @@ def fit(cli: LightningCLI) -> None:
         newest = max(saved, key=lambda p: p.stat().st_mtime, default=None)
         kept = f"last good checkpoint: {newest}" if newest else "no checkpoint was written"
         sys.exit(f"error: training diverged: {error}; {kept}")
+    except SIGTERMException:
+        stopped_by_signal(trainer)
     except RuntimeError as error:
+        if trainer.received_sigterm:  # a loader worker that the same signal ended first
+            stopped_by_signal(trainer)
         if (timeout := collective_timeout(error)) is None:
             raise
         sys.exit(out_of_step(trainer, timeout, cli.config.collective_timeout))
-    except SIGTERMException:
-        saved = next((c.saved for c in trainer.callbacks if isinstance(c, SaveOnPreemption)), None)
-        if trainer.is_global_zero:
-            print(f"Stopped by a signal at step {trainer.global_step}; saved {saved}.")
-            if saved is not None:
-                print(f"Resume with: python train.py --ckpt_path {saved}")
-        sys.exit(128 + signal.SIGTERM)
+
+
+def stopped_by_signal(trainer: Trainer) -> NoReturn:
+    """Say where a run that SIGTERM stopped was saved, and exit as a process it ended would."""
+    saved = next((c.saved for c in trainer.callbacks if isinstance(c, SaveOnPreemption)), None)
+    if trainer.is_global_zero:
+        print(f"Stopped by a signal at step {trainer.global_step}; saved {saved}.")
+        if saved is not None:
+            print(f"Resume with: python train.py --ckpt_path {saved}")
+    sys.exit(128 + signal.SIGTERM)
 
 
 def collective_timeout(error: BaseException | None) -> BaseException | None:
@@ -376,7 +385,7 @@ def check_resumable(model: torch.nn.Module, path: Path) -> None:
     load_weights(model, state, path)
 
 
-def layer_differences(state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> list[str]:
+def layer_differences(state: dict[str, Tensor], expected: dict[str, Tensor]) -> list[str]:
     """Each layer that is in only one of two state dicts, or has another shape in each."""
     differ = [f"{key} not in the model" for key in state.keys() - expected.keys()]
     differ += [f"{key} not in the checkpoint" for key in expected.keys() - state.keys()]
@@ -445,6 +454,18 @@ def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
     except (ConfigError, MisconfigurationException) as error:
         # Lightning's own checks (e.g. a negative max_epochs) are one sentence too.
         sys.exit(f"error: {str(error).splitlines()[0]}")
+    try:
+        return fit_and_test(cli)
+    finally:
+        # The CLI object outlives the run (jsonargparse's parser context refers to it): let
+        # go of what it built, so the trainer, its loaders and their worker processes go
+        # with the run, not while the next run in this process (a sweep trial) has begun.
+        cli.trainer = cli.model = cli.datamodule = cli.config_init = None
+        cli.trainer_defaults = {}
+
+
+def fit_and_test(cli: LightningCLI) -> dict[str, float]:
+    """Fit, test the best checkpoint, write test_metrics.json and print the summary."""
     trainer = cli.trainer
     set_collective_timeout(trainer.strategy, cli.config.collective_timeout)
     for logger in trainer.loggers:

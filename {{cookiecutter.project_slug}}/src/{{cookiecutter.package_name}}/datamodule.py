@@ -7,6 +7,8 @@ cut into batches by indexing, augmented and normalised as whole batches on the d
 
 import os
 import signal
+import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -130,7 +132,7 @@ class ImageDataModule(L.LightningDataModule):
             persistent_workers=self.num_workers > 0,
             generator=torch.Generator().manual_seed(self.seed + 1),
             collate_fn=self.collate_fn,
-            worker_init_fn=leave_stop_signals_to_the_main_process,
+            worker_init_fn=start_worker,
         )
 
 
@@ -171,6 +173,13 @@ class InMemoryDataModule(ImageDataModule):
         # TensorImages.__getitems__ already returns the whole batch.
         return batch
 
+    def _loader(self, dataset: Dataset | None, shuffle: bool = False) -> DataLoader:
+        if self.num_workers == 0:
+            # Lightning suggests workers to every loader without them (on machines with more
+            # than 2 CPUs); here a batch is one indexing operation, which workers would slow.
+            warnings.filterwarnings("ignore", message=r"The '\w+_dataloader' does not have many")
+        return super()._loader(dataset, shuffle)
+
     def augment(self, images: Tensor) -> Tensor:
         """Random augmentation of a uint8 batch, drawn per image from the global torch RNG
         (which checkpoints store, so a resumed run augments as one that never stopped)."""
@@ -192,16 +201,26 @@ def default_num_workers() -> int:
     return max(1, min(8, (cpus or 2) // 2))
 
 
-def leave_stop_signals_to_the_main_process(worker_id: int) -> None:
-    """Start a loader worker that SIGTERM does not kill.
+def start_worker(worker_id: int) -> None:
+    """Set up a loader worker: SIGTERM ends it only when its main process sends it.
 
-    A SIGTERM sent to the whole process group (`kill -- -PGID`, a scheduler's time limit)
-    would end the workers first, and the main process would crash on a dead worker instead
-    of saving a checkpoint and stopping (a sweep would record the trial as failed, not
-    stopped). The main process stops its workers itself, and a worker whose main process is
-    gone exits within seconds.
+    A SIGTERM to every process of the job (`kill -- -PGID`, `timeout`, a scheduler's time
+    limit) would otherwise kill the workers first, and the main process would fail on a dead
+    worker wherever it is instead of saving a checkpoint and stopping (a sweep would record
+    the trial as crashed). The main process ends its workers itself; a worker whose main
+    process died exits within seconds (the loader's own watchdog).
     """
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if hasattr(signal, "sigwaitinfo"):  # Linux; elsewhere the default stays
+        main_process = os.getppid()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        threading.Thread(target=wait_for_sigterm, args=(main_process,), daemon=True).start()
     if int(os.environ.get("PL_SEED_WORKERS", 0)):
-        # What Lightning installs itself when a loader has no worker_init_fn of its own.
+        # Lightning seeds workers itself only for loaders without a worker_init_fn.
         pl_worker_init_function(worker_id)
+
+
+def wait_for_sigterm(main_process: int) -> None:
+    """Exit on a SIGTERM from the main process (which ends its workers that way at exit)."""
+    while True:
+        if signal.sigwaitinfo({signal.SIGTERM}).si_pid == main_process:
+            os._exit(0)

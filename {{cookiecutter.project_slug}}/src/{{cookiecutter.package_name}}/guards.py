@@ -98,7 +98,10 @@ class SaveOnPreemption(L.Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
+        # A SIGTERM sent to the whole process group can kill the loader workers first: the
+        # loop then fails on a dead worker instead of stopping at the batch boundary.
+        stopped = isinstance(exception, SIGTERMException) or trainer.received_sigterm
+        if not stopped or trainer.state.fn != "fit":
             return
         last = next(
             (c for c in trainer.checkpoint_callbacks if getattr(c, "filename", None) == "last"),
@@ -107,5 +110,5 @@ class SaveOnPreemption(L.Callback):
         if not isinstance(last, ModelCheckpoint) or last.dirpath is None:
             return
         self.saved = Path(last.dirpath) / f"last{last.FILE_EXTENSION}"
-        trainer.save_checkpoint(self.saved)
+        trainer.save_checkpoint(self.saved, weights_only=False)  # the whole training state
         rank_zero_info(f"Saved {self.saved} at step {trainer.global_step} after SIGTERM")
