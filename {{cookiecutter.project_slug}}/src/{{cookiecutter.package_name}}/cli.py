@@ -275,6 +275,12 @@ def quiet_known_noise() -> None:
     # Lightning, when an epoch has fewer batches than log_every_n_steps: the step logs still
     # come every N steps, counted across epochs, and every epoch logs its own means.
     warnings.filterwarnings("ignore", message="The number of training batches .* is smaller")
+    # Lightning, at the final test of a multi-process run: its DistributedSampler pads the
+    # test split to a multiple of the process count (README, Scaling out, says so and how to
+    # get exact figures: python evaluate.py --devices 1).
+    warnings.filterwarnings("ignore", message="Using `DistributedSampler` with the dataloaders")
+    # Lightning's model summary estimates the size in MB from 32-bit weights under bf16-mixed.
+    warnings.filterwarnings("ignore", message="Precision .* is not supported by the model summary")
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
         lambda record: not record.getMessage().startswith("💡 Tip")
     )
