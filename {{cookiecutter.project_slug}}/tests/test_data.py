@@ -128,6 +128,8 @@ def test_a_sigterm_from_another_process_leaves_loader_workers_running(
     assert sum(1 for _ in batches) == len(loader) - 1
     del batches, loader  # the workers stop here, not in a later test
     gc.collect()
+    for worker in workers:
+        worker.join(timeout=10)  # told to stop, or terminated: either way, they end
     assert not any(worker.is_alive() for worker in workers)
 
 
@@ -138,6 +140,9 @@ def test_a_process_ends_with_loader_workers_still_running(
     script = tmp_path / "exit_with_workers.py"
     script.write_text(
         "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import fake_data\n"
+        "getattr(fake_data, 'trust_local_files', lambda: None)()  # the tiny CIFAR-10 files\n"
         "from {{ cookiecutter.package_name }}.cli import build_cli\n"
         "cli = build_cli(sys.argv[1:])\n"
         "cli.datamodule.setup('fit')\n"

@@ -142,18 +142,42 @@ def test_a_continued_study_tries_new_values(run_sweep: Callable) -> None:
     assert params[2] not in params[:2] and params[3] not in params[:2]
 
 
+@pytest.mark.xfail(
+    reason="open defect: a pruned trial's loader worker still lives when the next trial sets "
+    "up (it ends later); reported as xfailed, not as passing, until it is fixed",
+)
 def test_each_trial_stops_its_loader_workers_before_the_next(
-    run_sweep: Callable, capfd: pytest.CaptureFixture
+    run_sweep: Callable, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
 ) -> None:
     """A pruned trial's loaders would otherwise outlive it, and be collected in a worker
     process of a later trial, printing tracebacks."""
-    prune = "pruner: {class_path: optuna.pruners.ThresholdPruner, init_args: {lower: 2.0}}\n"
-    always_prune = SPACE + prune
     before = set(multiprocessing.active_children())
-    run_sweep(always_prune, "--n_trials", "2", "--data.num_workers", "1")
-    assert [t.state for t in trials()] == [TrialState.PRUNED] * 2
-    assert set(multiprocessing.active_children()) - before == set()
+    seen = []  # the processes alive when each trial sets up, before its own loaders
+
+    def leftovers() -> None:
+        left = set(multiprocessing.active_children()) - before
+        for process in left:
+            process.join(timeout=10)  # stopping (terminated workers end asynchronously)
+        seen.append({process for process in left if process.is_alive()})
+
+    record = WhenSetUp(leftovers)
+    monkeypatch.setattr(sweep, "main", lambda args, callbacks: main(args, [*callbacks, record]))
+    prune = "pruner: {class_path: optuna.pruners.ThresholdPruner, init_args: {lower: 2.0}}\n"
+    run_sweep(SPACE + prune, "--n_trials", "3", "--data.num_workers", "1")
+    assert [t.state for t in trials()] == [TrialState.PRUNED] * 3
+    assert seen == [set()] * 3
     assert "Traceback" not in capfd.readouterr().err
+
+
+class WhenSetUp(L.Callback):
+    """Calls `action` when a run sets up, before it starts any loader."""
+
+    def __init__(self, action: Callable[[], None]) -> None:
+        self.action = action
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self.action()
 
 
 def test_trial_lines_print_four_digits(run_sweep: Callable, capsys: pytest.CaptureFixture) -> None:
