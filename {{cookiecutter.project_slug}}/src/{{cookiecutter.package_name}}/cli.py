@@ -6,6 +6,7 @@ python train.py --config configs/resnet18.yaml    any --trainer.*, --model.*, --
 python train.py --ckpt_path last                  resume the newest run of this experiment
 """
 
+import contextlib
 import importlib
 import json
 import logging
@@ -38,7 +39,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 from torch import Tensor
 
 from .callbacks import BatchSizeReport, EpochLine, SyncEpochMetrics, samples_in
-from .checkpoint import load_checkpoint, load_weights, resolve_checkpoint
+from .checkpoint import load_checkpoint, load_weights, resolve_checkpoint, run_config
 from .compat import set_collective_timeout
 from .data import DataModule
 from .datamodule import ConfigError
@@ -133,8 +134,7 @@ class TrainCLI(LightningCLI):
         super().parse_arguments(parser, args)
         if self.config.ckpt_path is None:
             return
-        logger = self.config.trainer.logger
-        logger = logger[0] if isinstance(logger, list) and logger else logger
+        logger = self.run_folder_logger()
         if self.config.ckpt_path == "last":
             if not getattr(logger, "class_path", "").endswith(FOLDER_LOGGERS):
                 raise ConfigError(
@@ -150,11 +150,16 @@ class TrainCLI(LightningCLI):
                 f"ckpt_path {self.config.ckpt_path!r} is not a file; give a checkpoint file or "
                 "'last'"
             )
-        run_config = checkpoint.parent.parent / "config.yaml"
-        if checkpoint.parent.name == "checkpoints" and run_config.is_file():
+        with contextlib.suppress(ConfigError):  # a checkpoint outside a run folder as it is
+            config = ["--config", str(run_config(checkpoint))]
             given = sys.argv[1:] if args is None else list(args)  # type: ignore[call-overload]
-            super().parse_arguments(parser, ["--config", str(run_config), *given])
+            super().parse_arguments(parser, [*config, *given])
         self.config.ckpt_path = str(checkpoint)
+
+    def run_folder_logger(self) -> object:
+        """The first logger of the config: its save_dir/name/version_<N> is the run folder."""
+        logger = self.config.trainer.logger
+        return logger[0] if isinstance(logger, list) and logger else logger
 
     def before_instantiate_classes(self) -> None:
         check_devices(self.config.trainer.accelerator, self.config.trainer.devices)
@@ -164,8 +169,7 @@ class TrainCLI(LightningCLI):
             self.trainer_defaults["callbacks"] = kept
         if self.config.ckpt_path is None:
             return
-        logger = self.config.trainer.logger
-        logger = logger[0] if isinstance(logger, list) and logger else logger
+        logger = self.run_folder_logger()
         ckpt_path = Path(self.config.ckpt_path)
         if getattr(logger, "class_path", "").endswith(FOLDER_LOGGERS) and (
             ckpt_path.parent.name == "checkpoints"
