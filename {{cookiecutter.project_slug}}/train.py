@@ -1,6 +1,6 @@
 """Train, then test the best checkpoint. Run `python train.py --help` for every option."""
 
-from {{ cookiecutter.package_name }}.cli import main
+from {{ cookiecutter.package_name }}.train import main
 
 if __name__ == "__main__":
     main()

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from lightning.pytorch import Callback
 
-from {{ cookiecutter.package_name }}.cli import main
 from {{ cookiecutter.package_name }}.data import DataModule
+from {{ cookiecutter.package_name }}.train import main
 
 # fake_data.py provides the data_args and train_command fixtures for this dataset.
 pytest_plugins = ["fake_data"]

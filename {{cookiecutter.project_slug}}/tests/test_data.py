@@ -15,7 +15,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from {{ cookiecutter.package_name }}.data import DataModule
-from {{ cookiecutter.package_name }}.datamodule import ConfigError
+from {{ cookiecutter.package_name }}.errors import ConfigError
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import matplotlib.image
 import pytest
 import torch
 from lightning import Callback, Trainer
-from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from lightning.pytorch.utilities.model_summary import ModelSummary
 from logged import scalars
@@ -18,7 +18,7 @@ from {{ cookiecutter.package_name }} import env
 from {{ cookiecutter.package_name }}.callbacks import PacedProgressBar
 from {{ cookiecutter.package_name }}.cli import build_cli
 from {{ cookiecutter.package_name }}.data import DataModule
-from {{ cookiecutter.package_name }}.datamodule import ConfigError
+from {{ cookiecutter.package_name }}.errors import ConfigError
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 
 RUN = Path("runs/default/version_0")
@@ -112,10 +112,9 @@ def test_a_negative_curves_interval_is_refused_in_one_line(train: Callable) -> N
     [
         ([], TQDMProgressBar),
         (["--trainer.enable_progress_bar", "false"], type(None)),
-        (["--trainer.callbacks+=lightning.pytorch.callbacks.RichProgressBar"], RichProgressBar),
         ([f"--trainer.callbacks+={PACED}"], PacedProgressBar),
     ],
-    ids=["default", "off", "rich", "paced"],
+    ids=["default", "off", "paced"],
 )
 def test_the_progress_bar_is_tqdm_unless_switched_off_or_another_is_chosen(
     args: list[str],

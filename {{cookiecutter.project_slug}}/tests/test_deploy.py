@@ -22,7 +22,7 @@ from PIL import Image
 
 from {{ cookiecutter.package_name }} import export as export_module
 from {{ cookiecutter.package_name }}.checkpoint import load_checkpoint, load_model
-from {{ cookiecutter.package_name }}.datamodule import ConfigError
+from {{ cookiecutter.package_name }}.errors import ConfigError
 from {{ cookiecutter.package_name }}.evaluate import main as evaluate
 from {{ cookiecutter.package_name }}.export import main as export
 from {{ cookiecutter.package_name }}.inference import Classifier, load_classifier, metadata_path

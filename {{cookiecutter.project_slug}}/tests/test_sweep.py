@@ -18,7 +18,7 @@ from matplotlib.image import imread
 from optuna.trial import TrialState
 
 from {{ cookiecutter.package_name }} import sweep
-from {{ cookiecutter.package_name }}.cli import main
+from {{ cookiecutter.package_name }}.train import main
 
 STUDY = Path("runs/sweeps/space")
 
@@ -36,7 +36,9 @@ TRIAL_FLAGS = [
     "--trainer.enable_model_summary", "false",
 ]  # fmt: skip
 
+# Ranked by accuracy (at most 1): the pruning tests' thresholds rely on it.
 SPACE = """
+metric: val/acc
 sampler:
   class_path: optuna.samplers.RandomSampler
   init_args: {seed: 0}
@@ -206,8 +208,21 @@ def test_report_best_config_and_plots(run_sweep: Callable, capsys: pytest.Captur
         assert image.ndim == 3 and min(image.shape[:2]) > 100
 
     with pytest.raises(SystemExit) as exit_info:  # the same study, another goal
-        run_sweep(SPACE + "metric: val/loss\ndirection: minimize\n")
+        run_sweep(SPACE.replace("metric: val/acc", "metric: val/loss"))
     assert "is to maximize val/acc, not to minimize val/loss" in str(exit_info.value)
+
+
+def test_trials_are_ranked_by_the_monitored_metric_unless_the_space_names_one(
+    run_sweep: Callable, capsys: pytest.CaptureFixture
+) -> None:
+    run_sweep(SPACE.replace("metric: val/acc\n", ""), "--n_trials", "1", "--monitor", "val/f1")
+    study = optuna.load_study(study_name="space", storage=f"sqlite:///{STUDY}/study.db")
+    (trial,) = study.trials
+    assert study.direction == optuna.study.StudyDirection.MAXIMIZE
+    assert trial.value == max(trial.intermediate_values.values())
+    assert f"Trial 0 finished: val/f1 {trial.value:.4f}" in capsys.readouterr().out
+    config = yaml.safe_load((Path(trial.user_attrs["run_folder"]) / "config.yaml").read_text())
+    assert config["monitor"] == "val/f1"  # its checkpoint, the one tested, is the best by F1
 
 
 def test_importances_wait_for_two_different_completed_trials(

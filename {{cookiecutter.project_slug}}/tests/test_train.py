@@ -9,9 +9,10 @@ import torch
 import yaml
 from logged import scalars
 
-from {{ cookiecutter.package_name }}.cli import SaveRunConfig, TrainCLI
+from {{ cookiecutter.package_name }}.cli import TrainCLI
 from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.model import ImageClassifier
+from {{ cookiecutter.package_name }}.runs import SaveRunConfig
 
 PROJECT = Path(__file__).resolve().parents[1]
 RUN = Path("runs/default/version_0")

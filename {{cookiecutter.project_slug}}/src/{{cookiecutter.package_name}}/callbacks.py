@@ -9,7 +9,7 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
-from .datamodule import ConfigError
+from .errors import ConfigError
 
 
 class BatchSizeReport(L.Callback):

@@ -9,7 +9,7 @@ import torch
 from lightning.pytorch.cli import instantiate_module
 from torch import Tensor
 
-from .datamodule import ConfigError
+from .errors import ConfigError
 from .model import ImageClassifier
 
 EXPERIMENT = Path("runs") / "default"

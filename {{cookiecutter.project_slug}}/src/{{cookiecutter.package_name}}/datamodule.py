@@ -20,10 +20,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
-
-class ConfigError(ValueError):
-    """Bad input from the user (a path, a value); the CLI prints it on one line."""
-
+from .errors import ConfigError
 
 Batch = tuple[Tensor, Tensor]
 

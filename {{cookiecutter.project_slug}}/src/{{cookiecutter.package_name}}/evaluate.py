@@ -9,8 +9,9 @@ import json
 import sys
 
 from .checkpoint import load_checkpoint, resolve_checkpoint, run_config
-from .cli import build_cli, quiet_known_noise
-from .datamodule import ConfigError
+from .cli import build_cli
+from .errors import ConfigError
+from .runs import quiet_known_noise
 
 
 def main(args: list[str] | None = None) -> dict[str, float]:

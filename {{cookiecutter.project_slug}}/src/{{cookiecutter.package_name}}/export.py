@@ -19,11 +19,12 @@ from torch.export import Dim
 from torch.utils.data import default_collate
 
 from .checkpoint import class_names, load_model, resolve_checkpoint, run_config
-from .cli import build_cli, quiet_known_noise
+from .cli import build_cli
 from .data import MEAN, STD, prediction_transform
-from .datamodule import ConfigError
+from .errors import ConfigError
 from .inference import load_classifier, metadata_path
 from .model import ImageClassifier
+from .runs import quiet_known_noise
 
 SUFFIX = {"onnx": ".onnx", "torch_export": ".pt2", "state_dict": ".pt"}
 TOLERANCE = 1e-4

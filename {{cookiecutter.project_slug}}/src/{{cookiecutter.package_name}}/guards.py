@@ -11,9 +11,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-
-class DivergedError(RuntimeError):
-    """The training loss or the weights stopped being finite numbers."""
+from .errors import DivergedError
 
 
 class RngState(L.Callback):

@@ -17,7 +17,7 @@ from torchvision.datasets.folder import default_loader
 
 from .checkpoint import build_model, class_names, load_checkpoint, load_model
 from .data import prediction_transform
-from .datamodule import ConfigError
+from .errors import ConfigError
 
 FORMATS = {".ckpt": "checkpoint", ".onnx": "onnx", ".pt2": "torch_export", ".pt": "state_dict"}
 

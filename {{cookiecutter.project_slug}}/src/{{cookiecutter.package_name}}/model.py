@@ -21,10 +21,14 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from .backbones import ConvNet
-from .datamodule import ConfigError
+from .errors import ConfigError
 
 # (in_channels, num_classes) -> network; chosen in configs by class_path.
 BackboneFactory = Callable[[int, int], nn.Module]
+
+# The validation metrics that can pick the best checkpoint, stop a run early and rank sweep
+# trials (`--monitor`), and which way is better; validation_step logs each of them.
+MONITORABLE = {"val/loss": "min", "val/acc": "max", "val/f1": "max"}
 
 Batch = tuple[Tensor, Tensor]
 

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from .datamodule import ConfigError
+from .errors import ConfigError
 
 # file name -> (title, y label, the logged metrics drawn in it)
 CURVES = {

@@ -17,7 +17,7 @@ from jsonargparse import ArgumentParser
 from PIL import Image, UnidentifiedImageError
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
-from .datamodule import ConfigError
+from .errors import ConfigError
 from .inference import Classifier, load_classifier
 
 OUTPUT_SUFFIXES = (".csv", ".json")

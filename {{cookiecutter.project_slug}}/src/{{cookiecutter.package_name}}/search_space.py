@@ -21,10 +21,11 @@ from optuna.distributions import (
 from optuna.pruners import BasePruner, MedianPruner
 from optuna.samplers import BaseSampler
 
-from .cli import SaveRunConfig, TrainCLI
+from .cli import TrainCLI
 from .data import DataModule
-from .datamodule import ConfigError
-from .model import ImageClassifier
+from .errors import ConfigError
+from .model import MONITORABLE, ImageClassifier
+from .runs import SaveRunConfig
 
 SWEEPS = Path("runs/sweeps")
 DEFAULT_SPACE = Path("configs/sweep/default.yaml")
@@ -36,8 +37,8 @@ class Sweep:
     """What one `sweep.py` command asks for."""
 
     name: str
-    metric: str
-    direction: Literal["maximize", "minimize"]
+    metric: str | None  # None: train.py's --monitor, and its direction
+    direction: Literal["maximize", "minimize"] | None
     sampler: BaseSampler
     pruner: BasePruner
     space: dict[str, BaseDistribution]
@@ -145,8 +146,8 @@ def read_space(path: Path, seed_offset: int = 0) -> Any:
     A sampler's seed, when it has one, is moved on by `seed_offset`.
     """
     parser = ArgumentParser(exit_on_error=False)
-    parser.add_argument("--metric", type=str, default="val/acc")
-    parser.add_argument("--direction", type=Literal["maximize", "minimize"], default="maximize")
+    parser.add_argument("--metric", type=Literal[tuple(MONITORABLE)] | None, default=None)
+    parser.add_argument("--direction", type=Literal["maximize", "minimize"] | None, default=None)
     sampler = {"class_path": "optuna.samplers.TPESampler", "init_args": {"seed": 0}}
     parser.add_argument("--sampler", type=BaseSampler, default=sampler)
     parser.add_argument("--pruner", type=BasePruner, default=lazy_instance(MedianPruner))
@@ -184,7 +185,8 @@ def distribution(key: str, spec: dict[str, Any]) -> BaseDistribution:
 
 
 def check_train_args(sweep: Sweep) -> None:
-    """Parse the train.py flags with each parameter's values, before any trial runs."""
+    """Parse the train.py flags with each parameter's values, before any trial runs; fill in
+    the metric and direction that the search space leaves to train.py's --monitor."""
     try:
         cli = ParseOnly(
             ImageClassifier,
@@ -198,6 +200,12 @@ def check_train_args(sweep: Sweep) -> None:
         )
     except Exception as error:
         raise ConfigError(f"train.py flags: {one_line(error)}") from error
+    # The trials' metric: the search space's, else the one train.py's flags monitor.
+    if sweep.metric is None:
+        sweep.metric = cli.config.monitor
+    sweep.train_args = [*sweep.train_args, "--monitor", sweep.metric]
+    if sweep.direction is None:
+        sweep.direction = "maximize" if MONITORABLE[sweep.metric] == "max" else "minimize"
     # Each value with the others at their first: a class choice meets its arguments' keys.
     first = {key: extremes(dist)[0] for key, dist in sweep.space.items()}
     for key, dist in sweep.space.items():

@@ -20,7 +20,7 @@ from PIL import Image
 from pydantic import BaseModel
 from torch import Tensor
 
-from .datamodule import ConfigError
+from .errors import ConfigError
 from .inference import load_classifier
 
 MAX_MEGABYTES = 10

@@ -27,10 +27,10 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, Trial, TrialState
 from optuna_integration import PyTorchLightningPruningCallback
 
-from .cli import main
-from .datamodule import ConfigError
+from .errors import ConfigError
 from .loggers import LOGGER
 from .search_space import Sweep, check_train_args, flags, parse
+from .train import main
 
 # Lightning's DDP launcher starts the other processes of a trial by running this same
 # command again; this variable tells them which trial to join instead of starting one.
@@ -51,9 +51,9 @@ def run(argv: list[str] | None = None) -> None:
     quiet_optuna()
     try:
         sweep = parse(sys.argv[1:] if argv is None else argv)
+        check_train_args(sweep)
         if TRIAL_ENV in os.environ:
             return join_trial(sweep)
-        check_train_args(sweep)
         study = open_study(sweep)
     except ConfigError as error:
         sys.exit(f"error: {error}")
@@ -165,9 +165,6 @@ def run_trial(trial: Trial, sweep: Sweep) -> PyTorchLightningPruningCallback:
     args = [
         *sweep.train_args,
         "--trainer.logger", trial_logger(sweep.folder, f"trial_{trial.number:03d}"),
-        # The kept checkpoint, and the one tested, is the best by the sweep's metric.
-        "--checkpoint.monitor", sweep.metric,
-        "--checkpoint.mode", "max" if sweep.direction == "maximize" else "min",
         *flags(values),
     ]  # fmt: skip
     pruning = PyTorchLightningPruningCallback(trial, monitor=sweep.metric)

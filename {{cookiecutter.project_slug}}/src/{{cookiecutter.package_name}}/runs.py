@@ -1,0 +1,309 @@
+"""Run folders, resume, signals and process teardown: what happens around fit and test.
+
+The recipe (train.py) calls these; each turns a situation a user meets (a resume, a
+preemption, a diverged loss, processes out of step) into one line and an exit code.
+"""
+
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import traceback
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
+
+import torch
+from lightning import Trainer
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.plugins.environments import SLURMEnvironment
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from torch import Tensor
+
+from .checkpoint import load_checkpoint, load_weights, resolve_checkpoint
+from .errors import ConfigError, DivergedError
+from .guards import SaveOnPreemption
+from .loggers import how_to_watch
+
+# Loggers whose save_dir/name/version_<N> folder is the run folder, when first in the list.
+FOLDER_LOGGERS = ("TensorBoardLogger", "CSVLogger")
+
+
+def quiet_known_noise() -> None:
+    """Silence third-party messages that say nothing about this project's runs."""
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+    # torchdata's StatefulDataLoader calls a deprecated torch telemetry hook.
+    warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
+    # jsonargparse deprecations triggered inside Lightning's own CLI code.
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="lightning.pytorch.cli")
+    # Lightning, when an epoch has fewer batches than log_every_n_steps: the step logs still
+    # come every N steps, counted across epochs, and every epoch logs its own means.
+    warnings.filterwarnings("ignore", message="The number of training batches .* is smaller")
+    # Lightning, at the final test of a multi-process run: its DistributedSampler pads the
+    # test split to a multiple of the process count (README, Scaling out, says so and how to
+    # get exact figures: python evaluate.py --devices 1).
+    warnings.filterwarnings("ignore", message="Using `DistributedSampler` with the dataloaders")
+    # Lightning's model summary estimates the size in MB from 32-bit weights under bf16-mixed.
+    warnings.filterwarnings("ignore", message="Precision .* is not supported by the model summary")
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
+        lambda record: not record.getMessage().startswith("💡 Tip")
+    )
+
+
+# At import too: the processes ddp_spawn starts import this module (for SaveRunConfig) but
+# never run the recipe.
+quiet_known_noise()
+
+
+def first_logger(config: object) -> object:
+    """The first logger of a parsed config: its save_dir/name/version_<N> is the run folder."""
+    logger = config.trainer.logger
+    return logger[0] if isinstance(logger, list) and logger else logger
+
+
+def resume_checkpoint(ckpt_path: str, logger: object) -> Path:
+    """The file that --ckpt_path names: 'last' is the newest run of the logger's experiment."""
+    if ckpt_path == "last":
+        if not getattr(logger, "class_path", "").endswith(FOLDER_LOGGERS):
+            raise ConfigError(
+                "--ckpt_path last needs a TensorBoardLogger or CSVLogger (first) to find "
+                "the run folders; give a file path"
+            )
+        return resolve_checkpoint("last", Path(logger.init_args.save_dir) / logger.init_args.name)
+    if Path(ckpt_path).is_file():
+        return Path(ckpt_path)
+    raise ConfigError(f"ckpt_path {ckpt_path!r} is not a file; give a checkpoint file or 'last'")
+
+
+def log_into_resumed_run(logger: object, checkpoint: Path) -> None:
+    """Point the first logger at the folder of the run that wrote `checkpoint`."""
+    if getattr(logger, "class_path", "").endswith(FOLDER_LOGGERS) and (
+        checkpoint.parent.name == "checkpoints"
+    ):
+        run = checkpoint.parent.parent
+        logger.init_args.save_dir = str(run.parent.parent)
+        logger.init_args.name = run.parent.name
+        logger.init_args.version = run.name
+
+
+class SaveRunConfig(SaveConfigCallback):
+    """Writes config.yaml into a new run folder; a resumed run keeps its first config.
+
+    The saved config has no ckpt_path, so `--config config.yaml` repeats the run.
+    """
+
+    def __init__(self, parser: LightningArgumentParser, config, **kwargs) -> None:
+        config = config.clone()
+        config.ckpt_path = None
+        super().__init__(parser, config, **kwargs)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        log_dir = trainer.log_dir  # a collective call: every rank must make it
+        exists = trainer.is_global_zero and Path(log_dir, self.config_filename).exists()
+        if trainer.strategy.broadcast(exists):
+            self.already_saved = True
+        super().setup(trainer, pl_module, stage)
+
+
+def check_resumable(model: torch.nn.Module, path: Path) -> None:
+    """Refuse a checkpoint that is unsafe, damaged or cannot go on under this configuration;
+    load its weights into `model` otherwise.
+
+    Resuming restores the optimizer's and the schedule's state and the weights: another
+    optimizer or schedule class, other layer shapes or another input shape or class count
+    cannot take them. One line names each difference and the commands that work.
+    """
+    checkpoint = load_checkpoint(path)
+    if "state_dict" not in checkpoint or "loops" not in checkpoint:
+        raise ConfigError(f"{path} is not a Lightning training checkpoint (nothing to resume)")
+    saved, now = checkpoint.get("hyper_parameters", {}), dict(model.hparams)
+    changes = [
+        f"model.{key} {class_of(saved.get(key))} (now {class_of(now.get(key))})"
+        for key in ("optimizer", "scheduler", "backbone")
+        if class_of(saved.get(key)) != class_of(now.get(key))
+    ]
+    for key, name in (("input_shape", "input shape"), ("num_classes", "class count")):
+        was, wanted = saved.get(key), now.get(key)
+        if was is not None and plain(was) != plain(wanted):
+            changes.append(f"data {name} {plain(was)} (now {plain(wanted)})")
+    state, expected = checkpoint["state_dict"], model.state_dict()
+    if not changes and (differ := layer_differences(state, expected)):
+        first = differ[0]
+        more = f" and {len(differ) - 1} more" if len(differ) > 1 else ""
+        changes.append(f"other layers ({first}{more})")
+    if changes:
+        raise ConfigError(
+            f"{path} was trained with {'; '.join(changes)}, which cannot resume from it: "
+            f"resume as it was configured (python train.py --ckpt_path {path}, plus flags "
+            "that change none of these), or start a new run with the change (no --ckpt_path)"
+        )
+    load_weights(model, state, path)
+    # ModelCheckpoint warns about any folder that holds checkpoints; this one should.
+    folder = re.escape(str(path.parent))
+    warnings.filterwarnings("ignore", message=f"Checkpoint directory {folder} exists")
+
+
+def layer_differences(state: dict[str, Tensor], expected: dict[str, Tensor]) -> list[str]:
+    """Each layer that is in only one of two state dicts, or has another shape in each."""
+    differ = [f"{key} not in the model" for key in state.keys() - expected.keys()]
+    differ += [f"{key} not in the checkpoint" for key in expected.keys() - state.keys()]
+    differ += [
+        f"{key} {tuple(state[key].shape)} (now {tuple(value.shape)})"
+        for key, value in expected.items()
+        if key in state and state[key].shape != value.shape
+    ]
+    return sorted(differ)
+
+
+def class_of(value: object) -> object:
+    """The class path of a class_path/init_args dict, else the value itself."""
+    return value.get("class_path") if isinstance(value, dict) else value
+
+
+def plain(value: object) -> object:
+    """A shape as a tuple, whether it was saved as a list or a tuple."""
+    return tuple(value) if isinstance(value, list | tuple) else value
+
+
+@contextlib.contextmanager
+def stops_in_one_line(trainer: Trainer, collective_seconds: float) -> Iterator[None]:
+    """Turn a divergence, a preemption signal or processes out of step into one line and an
+    exit code; anything else goes on as it is."""
+    if not SLURMEnvironment.detect():
+        # Outside SLURM (which requeues on SIGUSR1 itself), SIGUSR1 means "save and stop" too.
+        signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    try:
+        yield
+    except ConfigError as error:  # found while reading the data
+        sys.exit(f"error: {error}")
+    except DivergedError as error:
+        saved = [Path(c.best_model_path) for c in trainer.checkpoint_callbacks if c.best_model_path]
+        newest = max(saved, key=lambda p: p.stat().st_mtime, default=None)
+        kept = f"last good checkpoint: {newest}" if newest else "no checkpoint was written"
+        sys.exit(f"error: training diverged: {error}; {kept}")
+    except SIGTERMException:
+        stopped_by_signal(trainer)
+    except RuntimeError as error:
+        if trainer.received_sigterm:  # a loader worker that the same signal ended first
+            stopped_by_signal(trainer)
+        if (timeout := collective_timeout(error)) is None:
+            raise
+        sys.exit(out_of_step(trainer, timeout, collective_seconds))
+
+
+def stopped_by_signal(trainer: Trainer) -> NoReturn:
+    """Say where a run that SIGTERM stopped was saved, and exit as a process it ended would."""
+    saved = next((c.saved for c in trainer.callbacks if isinstance(c, SaveOnPreemption)), None)
+    if trainer.is_global_zero:
+        print(f"Stopped by a signal at step {trainer.global_step}; saved {saved}.")
+        if saved is not None:
+            print(f"Resume with: python train.py --ckpt_path {saved}")
+    sys.exit(128 + signal.SIGTERM)
+
+
+def collective_timeout(error: BaseException | None) -> BaseException | None:
+    """The first torch.distributed timeout that led to `error`, or None if none did.
+
+    gloo raises "Timed out waiting ..." in the process, and "Application timeout caused pair
+    closure" in a collective that follows it (Lightning's SIGTERM handler makes one); NCCL's
+    watchdog ends the process itself with a message naming the rank and the collective.
+    """
+    first = None
+    while error is not None:
+        message = str(error).lower()
+        if "timed out" in message or "timeout" in message:
+            first = error
+        error = error.__context__
+    return first
+
+
+def out_of_step(trainer: Trainer, timeout: BaseException, seconds: float) -> str:
+    """The one-line error of a process that gave up waiting in a collective."""
+    frames = traceback.extract_tb(timeout.__traceback__)
+    calls = [f.name for f in frames if f.filename.endswith("distributed_c10d.py")]
+    # Where this process waited, for the log; each other process prints its own.
+    print(f"Stack of rank {trainer.global_rank} when it gave up waiting:", file=sys.stderr)
+    traceback.print_list(frames, file=sys.stderr)
+    return (
+        f"error: rank {trainer.global_rank} of {trainer.world_size} waited {seconds:g} s in "
+        f"torch.distributed.{calls[-1] if calls else 'a collective'} for the other processes, "
+        "which ran something else or stopped: the processes are out of step (its stack is "
+        "above). --collective_timeout sets the wait"
+    )
+
+
+def best_checkpoint(trainer: Trainer) -> str | None:
+    """The best checkpoint by the monitored metric, or None (test the weights as they are)."""
+    checkpoint = trainer.checkpoint_callback
+    return (checkpoint.best_model_path or None) if checkpoint else None
+
+
+def write_results(trainer: Trainer, checkpoint: str | None, metrics: dict[str, float]) -> None:
+    """test_metrics.json in the run folder, and the summary of the run on the console."""
+    log_dir = trainer.log_dir  # a collective call: every rank must make it
+    if trainer.is_global_zero and log_dir:
+        path = Path(log_dir) / "test_metrics.json"
+        path.write_text(json.dumps({"checkpoint": checkpoint or "", **metrics}, indent=2) + "\n")
+        print(summary(trainer, metrics, log_dir))
+
+
+def summary(trainer: Trainer, metrics: dict[str, float], log_dir: str) -> str:
+    """What a run leaves behind, and the commands that go on from it."""
+    checkpoint = trainer.checkpoint_callback
+    best = "none"
+    if checkpoint is not None and checkpoint.best_model_path:
+        best = checkpoint.best_model_path
+        # ddp_spawn hands the path back to this process, not the score.
+        if checkpoint.best_model_score is not None:
+            best += f"  ({checkpoint.monitor} {checkpoint.best_model_score:.4f})"
+    tested = "  ".join(f"{key} {value:.4f}" for key, value in sorted(metrics.items()))
+    rows = {
+        "Best checkpoint": best,
+        "Test": tested or "not run",
+        "Run folder": f"{log_dir}  (config.yaml, checkpoints/, plots/, test_metrics.json)",
+        "Watch": how_to_watch(log_dir),
+        "Resume": f"python train.py --ckpt_path {log_dir}/checkpoints/last.ckpt "
+        "--max_epochs <more>",
+    }
+    return "\n".join(f"{name + ':':<17}{value}" for name, value in rows.items())
+
+
+def finish() -> None:
+    """End what outlives a run in this process: a W&B run, the process group."""
+    wandb = sys.modules.get("wandb")  # imported only if a WandbLogger was used
+    if wandb is not None and wandb.run is not None:
+        wandb.run.finish()  # otherwise the next run in this process (a sweep trial) reuses it
+    if torch.distributed.is_initialized():
+        # Shut the process group down cleanly; left to interpreter exit, gloo can abort.
+        destroy_process_group()
+
+
+def destroy_process_group() -> None:
+    """destroy_process_group, without the gloo deadlock of torch before 2.8.
+
+    There, the process group's destructor holds the GIL while it joins gloo's worker threads,
+    and a worker freeing the tensors of a finished collective (the last broadcast) waits for
+    the GIL: both wait forever. The gloo backend's own Python object releases the GIL when it
+    is destroyed, so it is held while the group goes and let go last.
+    """
+    world = torch.distributed.group.WORLD
+    cpu = torch.device("cpu")
+    gloo = world._get_backend(cpu) if "gloo" in torch.distributed.get_backend(world) else None
+    del world
+    torch.distributed.destroy_process_group()
+    del gloo  # the last reference: gloo's threads stop here, with the GIL released
+
+
+def release(cli: LightningCLI) -> None:
+    """Let go of what the CLI built, so its loaders and their worker processes end with the run.
+
+    The CLI object outlives the run (jsonargparse's parser context refers to it); without
+    this, a sweep's next trial would begin while the previous trial's workers still ran.
+    """
+    cli.trainer = cli.model = cli.datamodule = cli.config_init = None
+    cli.trainer_defaults = {}

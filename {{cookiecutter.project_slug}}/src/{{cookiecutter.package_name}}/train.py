@@ -1,0 +1,54 @@
+"""The training recipe: build from the command line, resume if asked, fit, test, report.
+
+python train.py                                   fit, then test the best checkpoint
+python train.py --devices 2 --max_epochs 5        short forms of --trainer.*
+python train.py --config configs/resnet18.yaml    any --trainer.*, --model.*, --data.* key
+python train.py --ckpt_path last                  resume the newest run of this experiment
+"""
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from lightning.pytorch import Callback
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+from .cli import build_cli
+from .compat import set_collective_timeout
+from .errors import ConfigError
+from .runs import (
+    best_checkpoint,
+    check_resumable,
+    finish,
+    quiet_known_noise,
+    release,
+    stops_in_one_line,
+    write_results,
+)
+
+
+def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> dict[str, float]:
+    """Fit, then test the best checkpoint; return the test metrics."""
+    quiet_known_noise()
+    try:
+        cli = build_cli(args, callbacks)  # model, data and trainer; a resume's own config
+        if cli.config.ckpt_path:
+            check_resumable(cli.model, Path(cli.config.ckpt_path))
+    except (ConfigError, MisconfigurationException) as error:
+        # Lightning's own checks (e.g. a negative max_epochs) are one sentence too.
+        sys.exit(f"error: {str(error).splitlines()[0]}")
+    trainer, model, data = cli.trainer, cli.model, cli.datamodule
+    try:
+        set_collective_timeout(trainer.strategy, cli.config.collective_timeout)
+        for logger in trainer.loggers:
+            _ = logger.version  # fix the run folder now: processes started later use it too
+        with stops_in_one_line(trainer, cli.config.collective_timeout):
+            trainer.fit(model, datamodule=data, ckpt_path=cli.config.ckpt_path)
+            best = best_checkpoint(trainer)
+            results = trainer.test(model, datamodule=data, ckpt_path=best, verbose=False)
+        metrics = {key: float(value) for key, value in results[0].items()} if results else {}
+        write_results(trainer, best, metrics)
+        finish()
+        return metrics
+    finally:
+        release(cli)
