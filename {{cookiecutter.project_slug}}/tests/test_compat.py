@@ -1,18 +1,29 @@
 """The private parts of libraries that compat.py touches are still where it expects them."""
 
 import csv
+import inspect
 import warnings
 from datetime import timedelta
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
+from lightning import Trainer
 from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.accelerators import CPUAccelerator
+from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.strategies import ddp as ddp_module
 
-from {{ cookiecutter.package_name }}.compat import AppendingCSVLogger, set_collective_timeout
+from {{ cookiecutter.package_name }}.compat import (
+    AppendingCSVLogger,
+    PacingHook,
+    destroy_process_group,
+    set_collective_timeout,
+    trainer_flag_type,
+)
 
 
 def test_the_collective_timeout_reaches_the_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,3 +58,32 @@ def test_the_csv_logger_adds_to_the_metrics_of_a_run_folder(tmp_path: Path) -> N
     with open(tmp_path / "default" / "version_0" / "metrics.csv", newline="") as file:
         rows = [(row["step"], row["train/loss"], row["test/acc"]) for row in csv.DictReader(file)]
     assert rows == [("0", "1.5", ""), ("1", "1.25", ""), ("2", "", "0.5")]
+
+
+def test_short_flags_take_the_trainer_arguments_types() -> None:
+    parser = LightningArgumentParser()
+    parser.add_lightning_class_args(Trainer, "trainer")
+    assert trainer_flag_type(parser, "max_epochs") == Optional[int]  # noqa: UP045
+
+
+def test_the_process_group_goes_with_its_gloo_backend(tmp_path: Path) -> None:
+    store = torch.distributed.FileStore(str(tmp_path / "store"), 1)
+    torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
+    torch.distributed.barrier()
+    destroy_process_group()
+    assert not torch.distributed.is_initialized()
+
+
+def test_the_bar_asks_before_each_redraw() -> None:
+    asked = []
+
+    class Recording(PacingHook):
+        def may_redraw(self, current: int, total: int) -> bool:
+            asked.append((current, total))
+            return False
+
+    bar = Recording(refresh_rate=1)
+    assert not bar._should_update(3, 10)
+    assert asked == [(3, 10)]
+    # And Lightning still asks it when a training batch ends.
+    assert "self._should_update(" in inspect.getsource(TQDMProgressBar.on_train_batch_end)

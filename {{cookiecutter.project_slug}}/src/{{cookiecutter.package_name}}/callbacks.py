@@ -5,10 +5,10 @@ import time
 
 import lightning as L
 from jsonargparse.typing import NonNegativeFloat
-from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
+from .compat import PacingHook
 from .errors import ConfigError
 
 
@@ -79,7 +79,7 @@ class EpochLine(L.Callback):
             rank_zero_info(line)
 
 
-class PacedProgressBar(TQDMProgressBar):
+class PacedProgressBar(PacingHook):
     """Lightning's TQDM bar, redrawn at most once every `min_interval` seconds and always at
     the end of an epoch or stage: the pace tqdm keeps for its own bars (0: every step).
 
@@ -97,10 +97,8 @@ class PacedProgressBar(TQDMProgressBar):
         self.min_interval = min_interval
         self.drawn_at = -math.inf
 
-    def _should_update(self, current: int, total: int) -> bool:
-        # Lightning's own test (its refresh_rate, the last batch), then the clock.
-        if not super()._should_update(current, total):
-            return False
+    def may_redraw(self, current: int, total: int) -> bool:
+        # Asked after Lightning's own test (its refresh_rate, the last batch).
         now = time.monotonic()
         if current != total and now - self.drawn_at < self.min_interval:
             return False

@@ -28,6 +28,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from .callbacks import BatchSizeReport, EpochLine, SyncEpochMetrics, samples_in
 from .checkpoint import run_config
+from .compat import trainer_flag_type
 from .data import DataModule
 from .errors import ConfigError
 from .guards import RngState, SaveOnPreemption, StopOnDivergence
@@ -69,12 +70,11 @@ class TrainCLI(LightningCLI):
             "before the run stops with an error naming it.",
         )
         for flag in SHORT_FLAGS:
-            (action,) = [a for a in parser._actions if a.dest == f"trainer.{flag}"]
             # A suppressed default keeps the Trainer's own default unless the flag is given.
             parser.add_argument(
                 f"--{flag}",
                 dest=f"trainer.{flag}",
-                type=action._typehint,
+                type=trainer_flag_type(parser, flag),
                 default=SUPPRESS,
                 help=f"Short for --trainer.{flag}.",
             )

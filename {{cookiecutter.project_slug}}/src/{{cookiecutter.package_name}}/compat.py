@@ -2,7 +2,11 @@
 
 import csv
 from datetime import timedelta
+from typing import Any
 
+import torch
+from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
@@ -44,3 +48,41 @@ class AppendingCSVLogger(CSVLogger):
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = AppendingWriter(log_dir=self.log_dir)
         return self._experiment
+
+
+def trainer_flag_type(parser: LightningArgumentParser, flag: str) -> Any:
+    """The type the parser gives --trainer.<flag>, for a short flag that takes the same values.
+
+    jsonargparse keeps an argument's type on the action, in a private attribute.
+    """
+    (action,) = [a for a in parser._actions if a.dest == f"trainer.{flag}"]
+    return action._typehint
+
+
+def destroy_process_group() -> None:
+    """destroy_process_group, without the gloo deadlock of torch before 2.8.
+
+    There, the process group's destructor holds the GIL while it joins gloo's worker threads,
+    and a worker freeing the tensors of a finished collective (the last broadcast) waits for
+    the GIL: both wait forever. The gloo backend's own Python object releases the GIL when it
+    is destroyed, so it is held while the group goes and let go last.
+    """
+    world = torch.distributed.group.WORLD
+    cpu = torch.device("cpu")
+    gloo = world._get_backend(cpu) if "gloo" in torch.distributed.get_backend(world) else None
+    del world
+    torch.distributed.destroy_process_group()
+    del gloo  # the last reference: gloo's threads stop here, with the GIL released
+
+
+class PacingHook(TQDMProgressBar):
+    """Lightning's TQDM bar with a public `may_redraw(current, total)` asked before a redraw.
+
+    Lightning decides redraws in a private method, `_should_update`.
+    """
+
+    def _should_update(self, current: int, total: int) -> bool:
+        return super()._should_update(current, total) and self.may_redraw(current, total)
+
+    def may_redraw(self, current: int, total: int) -> bool:
+        return True

@@ -25,6 +25,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 
 from .checkpoint import load_checkpoint, load_weights, resolve_checkpoint
+from .compat import destroy_process_group
 from .errors import ConfigError, DivergedError
 from .guards import SaveOnPreemption
 from .loggers import how_to_watch
@@ -281,22 +282,6 @@ def finish() -> None:
     if torch.distributed.is_initialized():
         # Shut the process group down cleanly; left to interpreter exit, gloo can abort.
         destroy_process_group()
-
-
-def destroy_process_group() -> None:
-    """destroy_process_group, without the gloo deadlock of torch before 2.8.
-
-    There, the process group's destructor holds the GIL while it joins gloo's worker threads,
-    and a worker freeing the tensors of a finished collective (the last broadcast) waits for
-    the GIL: both wait forever. The gloo backend's own Python object releases the GIL when it
-    is destroyed, so it is held while the group goes and let go last.
-    """
-    world = torch.distributed.group.WORLD
-    cpu = torch.device("cpu")
-    gloo = world._get_backend(cpu) if "gloo" in torch.distributed.get_backend(world) else None
-    del world
-    torch.distributed.destroy_process_group()
-    del gloo  # the last reference: gloo's threads stop here, with the GIL released
 
 
 def release(cli: LightningCLI) -> None:
