@@ -92,7 +92,7 @@ def saved_values(config: dict) -> dict[str, object]:
     """The two searched values as a saved train.py config holds them."""
     return {
         "model.optimizer.lr": config["model"]["optimizer"]["init_args"]["lr"],
-        "data.batch_size": config["data"]["batch_size"],
+        "data.batch_size": config["data"]["init_args"]["batch_size"],
     }
 
 

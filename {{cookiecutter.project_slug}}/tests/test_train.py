@@ -9,10 +9,8 @@ import torch
 import yaml
 from logged import scalars
 
-from {{ cookiecutter.package_name }}.cli import TrainCLI
-from {{ cookiecutter.package_name }}.data import DataModule
+from {{ cookiecutter.package_name }}.cli import TrainCLI, build_cli
 from {{ cookiecutter.package_name }}.model import ImageClassifier
-from {{ cookiecutter.package_name }}.runs import SaveRunConfig
 
 PROJECT = Path(__file__).resolve().parents[1]
 RUN = Path("runs/default/version_0")
@@ -21,14 +19,7 @@ SECOND = Path("runs/default/version_1")
 
 def parse(*args: str) -> TrainCLI:
     """Build everything train.py would, without training."""
-    return TrainCLI(
-        ImageClassifier,
-        DataModule,
-        args=list(args),
-        run=False,
-        save_config_callback=SaveRunConfig,
-        auto_configure_optimizers=False,
-    )
+    return build_cli(list(args))
 
 
 def test_fast_dev_run_trains_and_tests_one_batch(train: Callable) -> None:

@@ -1,5 +1,7 @@
 """Safe loading of checkpoints and weights: plain data only, one-line errors naming the file."""
 
+import contextlib
+import importlib
 import pickle
 from collections.abc import Mapping
 from pathlib import Path
@@ -9,6 +11,7 @@ import torch
 from lightning.pytorch.cli import instantiate_module
 from torch import Tensor
 
+from .datamodule import ImageDataModule
 from .errors import ConfigError
 from .model import ImageClassifier
 
@@ -77,12 +80,35 @@ def load_model(path: str | Path) -> tuple[ImageClassifier, dict[str, Any]]:
     return build_model(checkpoint["hyper_parameters"], checkpoint["state_dict"], path), checkpoint
 
 
+def data_state(checkpoint: dict[str, Any], path: Path) -> dict[str, Any]:
+    """What the run's data module saved into the checkpoint: class names, its class."""
+    for value in checkpoint.values():
+        if isinstance(value, dict) and value.get("class_names"):
+            return value
+    raise ConfigError(f"{path} has no class names (it was saved without the data module)")
+
+
 def class_names(checkpoint: dict[str, Any], path: Path) -> list[str]:
-    """The class names the DataModule saved into the checkpoint."""
-    names = checkpoint.get("DataModule", {}).get("class_names")
-    if not names:
-        raise ConfigError(f"{path} has no class names (it was saved without the DataModule)")
-    return list(names)
+    return list(data_state(checkpoint, path)["class_names"])
+
+
+def data_class(class_path: str | None) -> type[ImageDataModule]:
+    """The data module class of a run: it knows the normalisation and the preprocessing.
+
+    Only a class of this package is imported (the name comes from a file).
+    """
+    package = __name__.rpartition(".")[0]
+    class_path = class_path or f"{package}.data.DataModule"  # files from before it was saved
+    module, _, name = class_path.rpartition(".")
+    found = None
+    if module == package or module.startswith(f"{package}."):
+        with contextlib.suppress(ImportError):
+            found = getattr(importlib.import_module(module), name, None)
+    if not (isinstance(found, type) and issubclass(found, ImageDataModule)):
+        raise ConfigError(
+            f"data class {class_path} is not a data module of {package} that can be imported"
+        )
+    return found
 
 
 def resolve_checkpoint(ckpt_path: str, experiment: Path = EXPERIMENT) -> Path:

@@ -11,7 +11,7 @@ import warnings
 from argparse import SUPPRESS
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import Any, Literal, NoReturn
 
 import torch
 from jsonargparse.typing import PositiveFloat
@@ -30,7 +30,8 @@ from .callbacks import BatchSizeReport, EpochLine, SyncEpochMetrics, samples_in
 from .checkpoint import run_config
 from .compat import trainer_flag_type
 from .data import DataModule
-from .errors import ConfigError
+from .datamodule import ImageDataModule
+from .errors import ConfigError, config_error_in
 from .guards import RngState, SaveOnPreemption, StopOnDivergence
 from .loggers import LOGGER
 from .model import MONITORABLE, ImageClassifier
@@ -121,6 +122,7 @@ class TrainCLI(LightningCLI):
                 "trainer.max_epochs": DEFAULT_MAX_EPOCHS,
                 "trainer.log_every_n_steps": 10,
                 "trainer.logger": LOGGER,
+                "data": {"class_path": f"{DataModule.__module__}.{DataModule.__qualname__}"},
             }
         )
 
@@ -139,6 +141,15 @@ class TrainCLI(LightningCLI):
             given = sys.argv[1:] if args is None else list(args)  # type: ignore[call-overload]
             super().parse_arguments(parser, [*config, *given])
         self.config.ckpt_path = str(checkpoint)
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except ValueError as error:  # a class's own one-line message, wrapped by jsonargparse
+            if (cause := config_error_in(error)) is None:
+                raise
+            raise cause from None
+        self.datamodule.check_contract()
 
     def before_instantiate_classes(self) -> None:
         check_devices(self.config.trainer.accelerator, self.config.trainer.devices)
@@ -202,17 +213,25 @@ def check_devices(accelerator: object, devices: object) -> None:
         raise ConfigError(f"--devices {devices} is more than the {available} {what}")
 
 
-def build_cli(args: list[str] | None, callbacks: Sequence[Callback] = ()) -> TrainCLI:
-    """The model, data module and trainer of the command line, not run yet; evaluate uses it too.
+def build_cli(
+    args: list[str] | None,
+    callbacks: Sequence[Callback] = (),
+    cli_class: type[TrainCLI] = TrainCLI,
+    **options: Any,
+) -> TrainCLI:
+    """The model, data module and trainer of the command line, not run yet: train, evaluate,
+    export and the sweep's argument check build it here, `options` overriding LightningCLI's.
 
     `callbacks` join the run without entering its saved config (the sweep's pruning callback).
     """
     with warnings.catch_warnings():
         # evaluate and export pass a list of their own; sys.argv holds their flags, not these.
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-        return TrainCLI(
-            ImageClassifier,
-            DataModule,
+        settings = dict(
+            model_class=ImageClassifier,
+            # Any data module of the contract, by class_path; data.py's by default.
+            datamodule_class=ImageDataModule,
+            subclass_mode_data=True,
             args=args,
             run=False,
             seed_everything_default=42,
@@ -234,3 +253,4 @@ def build_cli(args: list[str] | None, callbacks: Sequence[Callback] = ()) -> Tra
             },
             auto_configure_optimizers=False,
         )
+        return cli_class(**{**settings, **options})

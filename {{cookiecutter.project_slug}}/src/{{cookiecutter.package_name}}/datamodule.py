@@ -23,19 +23,60 @@ from torchdata.stateful_dataloader.sampler import RandomSampler
 from .errors import ConfigError
 
 Batch = tuple[Tensor, Tensor]
+# What ImageDataModule.check_contract looks for besides prediction_transform.
+CONTRACT = ("class_names", "input_shape", "mean", "std")
 
 
 class ImageDataModule(L.LightningDataModule):
-    """Train/val/test loaders over datasets that `setup` of a subclass assigns.
+    """The data contract: what every data module of this project provides.
 
-    Subclasses set `class_names` and `input_shape` (C, H, W) in `__init__`, so
-    the model can be built from them before any data is read.
+    Set in `__init__`, before any data is read (the model is built from them):
+      class_names   one name per class, in label order
+      input_shape   (C, H, W) of one image as the model takes it
+    Members of the class (prediction, export and serving use them without any data):
+      mean, std     the per-channel normalisation the model's input has had
+      prediction_transform(input_shape)   an RGB PIL image -> one model input
+    Batches: `setup` assigns `train_set`, `val_set`, `test_set`, whose loaders give
+    (images, labels) as the model gets them: float (N, C, H, W) and int64 (N,).
+    Loaders come from `make_loader`; override it (not `train_dataloader`) to change them:
+    `train_dataloader` restores the loader's position for an exact resume.
+    `check_contract` names a missing member on one line when the run starts.
     """
 
     class_names: Sequence[str]
     input_shape: tuple[int, int, int]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
     # How the loader joins what the dataset returns into a batch; None: torch's default_collate.
     collate_fn: Callable[[Any], Any] | None = None
+
+    @staticmethod
+    def prediction_transform(input_shape: tuple[int, int, int]) -> Callable[[Any], Tensor]:
+        raise NotImplementedError  # check_contract refuses a data module without its own
+
+    def check_contract(self) -> None:
+        """Refuse, on one line, a data module that lacks a member of the contract."""
+        name = type(self).__name__
+        missing = [m for m in CONTRACT if not hasattr(type(self), m) and m not in vars(self)]
+        if type(self).prediction_transform is ImageDataModule.prediction_transform:
+            missing.append("prediction_transform")
+        if missing:
+            raise ConfigError(
+                f"data module {name} does not set {', '.join(missing)} (the contract in "
+                "datamodule.ImageDataModule: class_names and input_shape in __init__; mean, "
+                "std and prediction_transform on the class)"
+            )
+        if type(self).train_dataloader is not ImageDataModule.train_dataloader:
+            raise ConfigError(
+                f"data module {name} overrides train_dataloader, which would lose the "
+                "loader's position on resume; override make_loader(dataset, shuffle) instead"
+            )
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for a missing attribute: a contract member says which, in one line.
+        if name in CONTRACT:
+            self.check_contract()
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __init__(
         self, batch_size: int, num_workers: int | None, val_fraction: float, seed: int
@@ -62,7 +103,7 @@ class ImageDataModule(L.LightningDataModule):
         return len(self.class_names)
 
     def train_dataloader(self) -> DataLoader:
-        loader = self._loader(self.train_set, shuffle=True)
+        loader = self.make_loader(self.train_set, shuffle=True)
         if self._resume_from is not None:
             loader.load_state_dict(self._resume_from)
             self._resume_from = None
@@ -73,19 +114,20 @@ class ImageDataModule(L.LightningDataModule):
         return loader
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set)
+        return self.make_loader(self.val_set)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set)
+        return self.make_loader(self.test_set)
 
     def predict_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set)
+        return self.make_loader(self.test_set)
 
     def state_dict(self) -> dict[str, Any]:
-        """What Lightning stores in every checkpoint: the class names (predict and export name
-        classes without the data) and the training loader's position (shuffled order, batches
-        served) for an exact resume."""
-        state: dict[str, Any] = {"class_names": list(self.class_names)}
+        """What Lightning stores in every checkpoint: the class names and this class (predict
+        and export name classes and preprocess images without the data) and the training
+        loader's position (shuffled order, batches served) for an exact resume."""
+        data_class = f"{type(self).__module__}.{type(self).__qualname__}"
+        state: dict[str, Any] = {"class_names": list(self.class_names), "class_path": data_class}
         loader = self.trainer.train_dataloader if self.trainer is not None else None
         if isinstance(loader, StatefulDataLoader):
             state["train_loader"] = loader.state_dict()
@@ -110,7 +152,7 @@ class ImageDataModule(L.LightningDataModule):
         n_val = max(1, round(len(order) * self.val_fraction))
         return Subset(train, order[n_val:]), Subset(evaluation, order[:n_val])
 
-    def _loader(self, dataset: Dataset | None, shuffle: bool = False) -> DataLoader:
+    def make_loader(self, dataset: Dataset | None, shuffle: bool = False) -> DataLoader:
         if dataset is None:
             raise RuntimeError("call setup() before asking for a data loader")
         on_gpu = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
@@ -170,12 +212,12 @@ class InMemoryDataModule(ImageDataModule):
         # TensorImages.__getitems__ already returns the whole batch.
         return batch
 
-    def _loader(self, dataset: Dataset | None, shuffle: bool = False) -> DataLoader:
+    def make_loader(self, dataset: Dataset | None, shuffle: bool = False) -> DataLoader:
         if self.num_workers == 0:
             # Lightning suggests workers to every loader without them (on machines with more
             # than 2 CPUs); here a batch is one indexing operation, which workers would slow.
             warnings.filterwarnings("ignore", message=r"The '\w+_dataloader' does not have many")
-        return super()._loader(dataset, shuffle)
+        return super().make_loader(dataset, shuffle)
 
     def augment(self, images: Tensor) -> Tensor:
         """Random augmentation of a uint8 batch, drawn per image from the global torch RNG

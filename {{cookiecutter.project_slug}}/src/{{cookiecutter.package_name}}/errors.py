@@ -7,3 +7,10 @@ class ConfigError(ValueError):
 
 class DivergedError(RuntimeError):
     """The training loss or the weights stopped being finite numbers."""
+
+
+def config_error_in(error: BaseException) -> ConfigError | None:
+    """The ConfigError that led to `error`, if one did (jsonargparse wraps what a class raises)."""
+    while error is not None and not isinstance(error, ConfigError):
+        error = error.__cause__ or error.__context__
+    return error

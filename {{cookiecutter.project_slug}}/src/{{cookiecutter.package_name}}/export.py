@@ -18,9 +18,15 @@ from torch import Tensor
 from torch.export import Dim
 from torch.utils.data import default_collate
 
-from .checkpoint import class_names, load_model, resolve_checkpoint, run_config
+from .checkpoint import (
+    class_names,
+    data_class,
+    data_state,
+    load_model,
+    resolve_checkpoint,
+    run_config,
+)
 from .cli import build_cli
-from .data import MEAN, STD, prediction_transform
 from .errors import ConfigError
 from .inference import load_classifier, metadata_path
 from .model import ImageClassifier
@@ -48,6 +54,7 @@ def export(
     checkpoint = resolve_checkpoint(ckpt_path)
     model, content = load_model(checkpoint)
     input_shape = tuple(content["hyper_parameters"]["input_shape"])
+    data_module = data_class(data_state(content, checkpoint).get("class_path"))
     batch = validation_batch(checkpoint, max(BATCH_SIZES))
     output_dir = output_dir or checkpoint.parent.parent / "export"
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -55,9 +62,10 @@ def export(
         "checkpoint": str(checkpoint),
         "class_names": class_names(content, checkpoint),
         "input_shape": list(input_shape),
-        "mean": list(MEAN),
-        "std": list(STD),
-        "preprocessing": repr(prediction_transform(input_shape)),
+        "data_class": f"{data_module.__module__}.{data_module.__qualname__}",
+        "mean": list(data_module.mean),
+        "std": list(data_module.std),
+        "preprocessing": repr(data_module.prediction_transform(input_shape)),
         "output": "logits; their softmax gives the class probabilities",
         "hyper_parameters": content["hyper_parameters"],
         "versions": versions(),

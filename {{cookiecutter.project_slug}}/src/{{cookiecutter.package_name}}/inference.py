@@ -15,8 +15,14 @@ from PIL import Image
 from torch import Tensor
 from torchvision.datasets.folder import default_loader
 
-from .checkpoint import build_model, class_names, load_checkpoint, load_model
-from .data import prediction_transform
+from .checkpoint import (
+    build_model,
+    class_names,
+    data_class,
+    data_state,
+    load_checkpoint,
+    load_model,
+)
 from .errors import ConfigError
 
 FORMATS = {".ckpt": "checkpoint", ".onnx": "onnx", ".pt2": "torch_export", ".pt": "state_dict"}
@@ -29,9 +35,7 @@ class Classifier:
     network: Callable[[Tensor], Tensor]
     class_names: list[str]
     input_shape: tuple[int, int, int]
-
-    def __post_init__(self) -> None:
-        self.transform = prediction_transform(self.input_shape)
+    transform: Callable[[Image.Image], Tensor]  # an RGB image -> one model input
 
     def read_image(self, path: Path) -> Tensor:
         """One image file as model input; an undecodable file raises OSError or ValueError."""
@@ -60,12 +64,16 @@ def load_classifier(path: str | Path) -> Classifier:
         raise ConfigError(f"{path} is not a file")
     if kind == "checkpoint":
         model, checkpoint = load_model(path)
-        names = class_names(checkpoint, path)
-        return Classifier(model, names, tuple(checkpoint["hyper_parameters"]["input_shape"]))
+        shape = tuple(checkpoint["hyper_parameters"]["input_shape"])
+        data = data_class(data_state(checkpoint, path).get("class_path"))
+        transform = data.prediction_transform(shape)
+        return Classifier(model, class_names(checkpoint, path), shape, transform)
     metadata = read_metadata(path)
     network = {"onnx": onnx_network, "torch_export": exported_network}.get(kind)
     network = network(path) if network else state_dict_network(path, metadata)
-    return Classifier(network, metadata["class_names"], tuple(metadata["input_shape"]))
+    shape = tuple(metadata["input_shape"])
+    transform = data_class(metadata.get("data_class")).prediction_transform(shape)
+    return Classifier(network, metadata["class_names"], shape, transform)
 
 
 def read_metadata(artifact: Path) -> dict[str, Any]:

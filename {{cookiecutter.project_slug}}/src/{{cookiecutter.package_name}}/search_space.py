@@ -21,11 +21,9 @@ from optuna.distributions import (
 from optuna.pruners import BasePruner, MedianPruner
 from optuna.samplers import BaseSampler
 
-from .cli import TrainCLI
-from .data import DataModule
+from .cli import TrainCLI, build_cli
 from .errors import ConfigError
-from .model import MONITORABLE, ImageClassifier
-from .runs import SaveRunConfig
+from .model import MONITORABLE
 
 SWEEPS = Path("runs/sweeps")
 DEFAULT_SPACE = Path("configs/sweep/default.yaml")
@@ -188,15 +186,11 @@ def check_train_args(sweep: Sweep) -> None:
     """Parse the train.py flags with each parameter's values, before any trial runs; fill in
     the metric and direction that the search space leaves to train.py's --monitor."""
     try:
-        cli = ParseOnly(
-            ImageClassifier,
-            DataModule,
-            args=sweep.train_args,
-            run=False,
+        cli = build_cli(
+            sweep.train_args,
+            cli_class=ParseOnly,
             parser_kwargs={"exit_on_error": False},
             seed_everything_default=False,
-            save_config_callback=SaveRunConfig,
-            auto_configure_optimizers=False,
         )
     except Exception as error:
         raise ConfigError(f"train.py flags: {one_line(error)}") from error

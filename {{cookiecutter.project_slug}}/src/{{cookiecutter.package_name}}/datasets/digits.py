@@ -40,6 +40,10 @@ def prediction_transform(input_shape: tuple[int, int, int]) -> v2.Transform:
 class DataModule(InMemoryDataModule):
     """Digits split into train, val and test with a fixed seed; one-pixel shifts as augmentation."""
 
+    # The contract's class members: the normalisation and a single image's preprocessing.
+    mean, std = MEAN, STD
+    prediction_transform = staticmethod(prediction_transform)
+
     def __init__(
         self,
         batch_size: int = 64,

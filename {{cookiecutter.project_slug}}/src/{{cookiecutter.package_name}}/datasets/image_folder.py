@@ -86,6 +86,10 @@ def check_images(split: Path) -> None:
 class DataModule(ImageDataModule):
     """ImageFolder datasets read from `root`; images are converted to RGB of `image_size`."""
 
+    # The contract's class members: the normalisation and a single image's preprocessing.
+    mean, std = MEAN, STD
+    prediction_transform = staticmethod(prediction_transform)
+
     def __init__(
         self,
         root: Path = Path("data"),

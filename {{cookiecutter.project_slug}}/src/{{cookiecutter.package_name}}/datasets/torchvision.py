@@ -64,6 +64,10 @@ def decoded(dataset: datasets.VisionDataset) -> TensorImages:
 class DataModule(InMemoryDataModule):
     """The official training set, split into train and val with a fixed seed, and test set."""
 
+    # The contract's class members: the normalisation and a single image's preprocessing.
+    mean, std = MEAN, STD
+    prediction_transform = staticmethod(prediction_transform)
+
     def __init__(
         self,
         root: Path = Path("data"),
