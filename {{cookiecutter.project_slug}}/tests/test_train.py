@@ -7,9 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from lightning import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import ThroughputMonitor, TQDMProgressBar
 from logged import scalars
 
-from {{ cookiecutter.package_name }}.cli import TrainCLI, build_cli
+from {{ cookiecutter.package_name }}.callbacks import EpochLine
+from {{ cookiecutter.package_name }}.cli import CALLBACKS, TrainCLI, build_cli
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -220,3 +223,22 @@ def test_every_config_file_builds_a_model_that_runs(config: Path, data_args: lis
     model = cli.model.eval()
     if not model.hparams.compile:  # compiling takes long; test_scale.py trains a compiled model
         assert model(model.example_input_array).shape[-1] == cli.datamodule.num_classes
+
+
+class SeesCallbacks(Callback):
+    """Records the classes of the callbacks a run has."""
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self.classes = {type(callback) for callback in trainer.callbacks}
+
+
+def test_every_callback_is_in_the_run_config_and_a_flag_switches_it_off(train: Callable) -> None:
+    seen = SeesCallbacks()
+    train("--epoch_line", "null", "--throughput", "null", callbacks=[seen])
+    (saved,) = Path("runs").rglob("config.yaml")
+    config = yaml.safe_load(saved.read_text())
+    on = {key for key in CALLBACKS if config[key] is not None}
+    # The test runs turn the bar off (--trainer.enable_progress_bar false): no bar either.
+    assert on == set(CALLBACKS) - {"epoch_line", "throughput", "progress_bar"}
+    assert {CALLBACKS[key][0] for key in on} <= seen.classes
+    assert not {EpochLine, ThroughputMonitor, TQDMProgressBar} & seen.classes

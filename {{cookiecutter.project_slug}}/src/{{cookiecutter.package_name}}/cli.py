@@ -6,6 +6,7 @@ Only the parser's configuration lives here; the recipe that runs it is train.py.
 import contextlib
 import importlib
 import os
+import re
 import sys
 import warnings
 from argparse import SUPPRESS
@@ -53,6 +54,41 @@ SHORT_FLAGS = ("accelerator", "devices", "num_nodes", "precision", "strategy", "
 DEFAULT_MAX_EPOCHS = {{ {"digits": 30, "mnist": 10, "fashion_mnist": 20, "cifar10": 40, "image_folder": 30}[cookiecutter.dataset] }}
 
 
+# Every callback of a run, under its own key with its settings: each shows in the run's
+# config.yaml, changes by flag (--early_stopping.patience 5) or by class (--progress_bar
+# <package>.callbacks.PacedProgressBar), and `--<key> null` switches it off.
+CALLBACKS = {
+    # The best checkpoint by --monitor (its name and mode follow it), and the newest state
+    # for resuming in last.ckpt, which ModelCheckpoint's own save_last refreshes only when the
+    # best improves. Lightning takes an epoch or a step interval per callback, so two refresh
+    # last.ckpt: one after every validation, one every N steps (a kill loses at most N).
+    "checkpoint": (ModelCheckpoint, {"auto_insert_metric_name": False}),
+    "last_checkpoint": (ModelCheckpoint, {"filename": "last", "enable_version_counter": False}),
+    "step_checkpoint": (
+        ModelCheckpoint,
+        {
+            "filename": "last",
+            "enable_version_counter": False,
+            "every_n_train_steps": CHECKPOINT_EVERY_N_STEPS,
+        },
+    ),
+    # The metric exists only after validation: checked there, not at the train epoch's end.
+    "early_stopping": (EarlyStopping, {"patience": 10, "check_on_train_epoch_end": False}),
+    "lr_monitor": (LearningRateMonitor, {"logging_interval": "step"}),
+    "curves": (TrainingCurves, {}),
+    "confusion_matrix": (ConfusionMatrixPlot, {}),
+    "sync_epoch_metrics": (SyncEpochMetrics, {}),  # before the bar: every rank syncs at one point
+    "batch_size_report": (BatchSizeReport, {}),
+    "epoch_line": (EpochLine, {}),
+    "throughput": (ThroughputMonitor, {"batch_size_fn": samples_in, "window_size": 20}),
+    "rng_state": (RngState, {}),
+    "stop_on_divergence": (StopOnDivergence, {}),
+    "save_on_preemption": (SaveOnPreemption, {}),
+    # Off when the bar is off (--trainer.enable_progress_bar false) or trainer.callbacks has one.
+    "progress_bar": (TQDMProgressBar, {}),
+}
+
+
 class TrainCLI(LightningCLI):
     """Adds short flags, argument links, default callbacks and run-folder resume."""
 
@@ -82,17 +118,8 @@ class TrainCLI(LightningCLI):
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.input_shape", apply_on="instantiate")
 
-        # The best checkpoint by --monitor, and the newest state for resuming in last.ckpt
-        # (ModelCheckpoint's own save_last only refreshes when the best improves). Lightning
-        # takes either an epoch or a step interval per callback, so two refresh last.ckpt:
-        # one after every validation, one every N steps (a kill loses at most N steps).
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
-        parser.add_lightning_class_args(ModelCheckpoint, "step_checkpoint")
-        parser.add_lightning_class_args(EarlyStopping, "early_stopping")
-        parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
-        parser.add_lightning_class_args(TrainingCurves, "curves")
-        parser.add_lightning_class_args(ConfusionMatrixPlot, "confusion_matrix")
+        for key in CALLBACKS:
+            parser.add_lightning_class_args(Callback, key, subclass_mode=True, required=False)
         # One key names the headline metric; checkpoint choice and early stopping follow it.
         # val/loss by default, not val/acc: accuracy on a small validation split saturates
         # (the digits reach 1.0 within a few epochs) and would freeze the choice there.
@@ -104,21 +131,14 @@ class TrainCLI(LightningCLI):
             "stops the run early; the sweep ranks trials by it too.",
         )
         for callback in ("checkpoint", "early_stopping"):
-            parser.link_arguments("monitor", f"{callback}.monitor")
-            parser.link_arguments("monitor", f"{callback}.mode", compute_fn=MONITORABLE.get)
-        parser.link_arguments("monitor", "checkpoint.filename", compute_fn=checkpoint_name)
+            parser.link_arguments("monitor", f"{callback}.init_args.monitor")
+            parser.link_arguments("monitor", f"{callback}.init_args.mode", compute_fn=mode_of)
+        parser.link_arguments(
+            "monitor", "checkpoint.init_args.filename", compute_fn=checkpoint_name
+        )
         parser.set_defaults(
             {
-                "checkpoint.auto_insert_metric_name": False,
-                "last_checkpoint.filename": "last",
-                "last_checkpoint.enable_version_counter": False,
-                "step_checkpoint.filename": "last",
-                "step_checkpoint.enable_version_counter": False,
-                "step_checkpoint.every_n_train_steps": CHECKPOINT_EVERY_N_STEPS,
-                "early_stopping.patience": 10,
-                # The metric exists only after validation; check there, not at train epoch end.
-                "early_stopping.check_on_train_epoch_end": False,
-                "lr_monitor.logging_interval": "step",
+                **{key: as_config(*callback) for key, callback in CALLBACKS.items()},
                 "trainer.max_epochs": DEFAULT_MAX_EPOCHS,
                 "trainer.log_every_n_steps": 10,
                 "trainer.logger": LOGGER,
@@ -153,12 +173,23 @@ class TrainCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         check_devices(self.config.trainer.accelerator, self.config.trainer.devices)
-        defaults = self.trainer_defaults.get("callbacks")
-        if isinstance(defaults, list) and not wants_default_progress_bar(self.config.trainer):
-            kept = [c for c in defaults if not isinstance(c, ProgressBar)]
-            self.trainer_defaults["callbacks"] = kept
+        if not wants_default_progress_bar(self.config.trainer):
+            self.config.progress_bar = None
+        # Callbacks switched off (`--<key> null`) are left out of the Trainer's list.
+        self.parser.callback_keys = [
+            key for key in self.parser.callback_keys if self.config.get(key) is not None
+        ]
         if self.config.ckpt_path is not None:  # keep logging into the run being resumed
             log_into_resumed_run(first_logger(self.config), Path(self.config.ckpt_path))
+
+
+def as_config(cls: type, init_args: dict[str, Any]) -> dict[str, Any]:
+    """A class and its arguments as a config value: {class_path, init_args}."""
+    return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": init_args}
+
+
+def mode_of(monitor: str) -> str:
+    return MONITORABLE[monitor]
 
 
 def checkpoint_name(monitor: str) -> str:
@@ -190,7 +221,19 @@ class OneLineErrors(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error:  # jsonargparse is trying alternatives; let it go on
             super().error(message, ex)
-        sys.exit(f"error: {' '.join(message.split())} (python train.py --help lists the options)")
+        message = " ".join(message.split())
+        if found := IN_A_CLASS.search(message):  # a key of a class chosen by class_path
+            message = f"{found['key']}.{found['arg']} ({found['cls']}): {found['why']}"
+        sys.exit(f"error: {message} (python train.py --help lists the options)")
+
+
+# jsonargparse's report of a bad value for an argument of a class chosen by class_path (the
+# data module, a callback): the one error that matters, among the alternatives it tried.
+IN_A_CLASS = re.compile(
+    r'Parser key "(?P<key>[\w.]+)": Does not validate against any of the Union subtypes .*?'
+    r"Problem with given class_path '(?P<cls>[^']+)': Parser key \"(?P<arg>[\w.]+)\": "
+    r"(?P<why>.*?) - Expected a <class 'NoneType'>"
+)
 
 
 def check_devices(accelerator: object, devices: object) -> None:
@@ -238,19 +281,7 @@ def build_cli(
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
             parser_class=OneLineErrors,
-            trainer_defaults={
-                "callbacks": [
-                    SyncEpochMetrics(),  # before the bar, so every rank syncs at one point
-                    BatchSizeReport(),
-                    EpochLine(),
-                    ThroughputMonitor(samples_in, window_size=20),
-                    RngState(),
-                    StopOnDivergence(),
-                    SaveOnPreemption(),
-                    TQDMProgressBar(),  # dropped when the bar is off or the config has one
-                    *callbacks,
-                ]
-            },
+            trainer_defaults={"callbacks": list(callbacks)},
             auto_configure_optimizers=False,
         )
         return cli_class(**{**settings, **options})
