@@ -153,7 +153,7 @@ def wall_time(command: list[str], cwd: Path, env: dict[str, str]) -> float:
 FIRST_STEP = """
 import json, sys, time
 from lightning.pytorch import Callback
-from proj.cli import main
+from proj.train import main
 imported = time.time()
 class FirstStep(Callback):
     def on_train_batch_start(self, *args):

@@ -102,7 +102,7 @@ def trainer_side(package: str, args: list[str], device: torch.device) -> dict[st
     """One fit of the project's own CLI-built Trainer; per-epoch times and losses."""
     cli = importlib.import_module(f"{package}.cli")
     clock = Clock(device)
-    cli.quiet_known_noise()
+    importlib.import_module(f"{package}.runs").quiet_known_noise()
     built = cli.build_cli(args, callbacks=[clock])
     built.trainer.fit(built.model, datamodule=built.datamodule)
     return {
@@ -344,7 +344,7 @@ def accuracy(options: argparse.Namespace) -> dict[str, Any]:
         args += ["--accelerator", options.accelerator, "--devices", "1"]
         args += ["--max_epochs", str(epochs)]
         clock = Clock(device)
-        cli.quiet_known_noise()
+        importlib.import_module(f"{options.package}.runs").quiet_known_noise()
         built = cli.build_cli([*args, *limits], callbacks=[clock])
         built.trainer.fit(built.model, datamodule=built.datamodule)
         tested = built.trainer.test(built.model, datamodule=built.datamodule, ckpt_path="best")

@@ -12,6 +12,11 @@ LICENSE = "{{ cookiecutter.license }}"
 GITHUB_ACTIONS = "{{ cookiecutter.github_actions }}"
 LOGGER = "{{ cookiecutter.logger }}"
 PACKAGE = Path("src") / "{{ cookiecutter.package_name }}"
+FEATURES = {
+    "deploy": "{{ cookiecutter.deploy }}",
+    "sweep": "{{ cookiecutter.sweep }}",
+    "cluster": "{{ cookiecutter.cluster }}",
+}
 
 # The torchvision datasets share one loader file; the others have their own.
 VARIANT = {"mnist": "torchvision", "fashion_mnist": "torchvision", "cifar10": "torchvision"}
@@ -29,6 +34,29 @@ LOGGER_FILES = {
     ),
     Path("tests") / "test_logger.py": (Path("tests") / "logger_tests", LOGGER),
 }
+
+# What each optional feature adds: its entry scripts, package modules, configs and tests. The
+# README, pyproject.toml and the shared tests mention a feature only inside Jinja conditionals.
+FEATURE_FILES = {
+    "deploy": [
+        Path("export.py"), Path("predict.py"), Path("serve.py"),
+        PACKAGE / "export.py", PACKAGE / "predict.py", PACKAGE / "serve.py",
+        PACKAGE / "inference.py", Path("tests") / "test_deploy.py",
+    ],
+    "sweep": [
+        Path("sweep.py"), PACKAGE / "sweep.py", PACKAGE / "search_space.py",
+        Path("configs") / "sweep", Path("tests") / "test_sweep.py",
+    ],
+    "cluster": [Path("scripts") / "slurm", Path("tests") / "test_cluster.py"],
+}  # fmt: skip
+
+
+def remove(path: Path) -> None:
+    """Remove a file or a folder, if it is there."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def choose(target: Path, variants: Path, name: str) -> None:
@@ -59,6 +87,11 @@ def main() -> None:
 
     if GITHUB_ACTIONS != "yes":
         shutil.rmtree(".github", ignore_errors=True)
+
+    for feature, paths in FEATURE_FILES.items():
+        if FEATURES[feature] != "yes":
+            for path in paths:
+                remove(path)
 
 
 if __name__ == "__main__":

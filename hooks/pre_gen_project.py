@@ -19,6 +19,9 @@ ANSWERS = {
     "license": {{ cookiecutter.license | tojson }},
     "github_actions": {{ cookiecutter.github_actions | tojson }},
     "logger": {{ cookiecutter.logger | tojson }},
+    "deploy": {{ cookiecutter.deploy | tojson }},
+    "sweep": {{ cookiecutter.sweep | tojson }},
+    "cluster": {{ cookiecutter.cluster | tojson }},
 }
 # fmt: on
 
@@ -28,14 +31,20 @@ CHOICES = {
     "license": ("MIT", "Apache-2.0", "BSD-3-Clause", "none"),
     "github_actions": ("yes", "no"),
     "logger": ("tensorboard", "csv", "mlflow", "wandb"),
+    "deploy": ("yes", "no"),
+    "sweep": ("yes", "no"),
+    "cluster": ("yes", "no"),
 }
 
-# Modules the generated project imports, or whose names its tools treat specially.
+# Modules the generated project imports, or whose names its tools treat specially (the entry
+# scripts too: `python sweep.py` would import itself as a package named sweep).
 TAKEN = {
     "lightning", "pytorch_lightning", "torch", "torchvision", "torchmetrics",
     "tensorboard", "sklearn", "numpy", "PIL", "yaml", "jsonargparse", "pytest",
     "ruff", "matplotlib", "mlflow", "wandb", "test", "tests", "src", "data",
-    "train", "configs", "runs",
+    "train", "configs", "runs", "onnx", "onnxruntime", "onnxscript", "litserve",
+    "fastapi", "pydantic", "optuna", "optuna_integration", "evaluate", "export", "predict",
+    "serve", "sweep",
 }  # fmt: skip
 
 

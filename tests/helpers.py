@@ -28,7 +28,8 @@ COMBINATIONS = {case_id(answers): answers for answers in covering_set(QUESTIONS)
 DEFAULTS = {name: values[0] for name, values in QUESTIONS.items()}
 
 # The default answers, plus one render per dataset that together give every other
-# option value at least once: each license, both github_actions, each python_version, each logger.
+# option value at least once: each license, both github_actions, each python_version, each
+# logger, and both answers of each feature (fashion_mnist leaves every feature out).
 CASES: dict[str, dict[str, str]] = {
     "default": {},
     "digits": {
@@ -58,6 +59,9 @@ CASES: dict[str, dict[str, str]] = {
         "project_name": "Wardrobe",
         "logger": "wandb",
         "author_name": "Grace Hopper",
+        "deploy": "no",
+        "sweep": "no",
+        "cluster": "no",
     },
     "cifar10": {
         "dataset": "cifar10",

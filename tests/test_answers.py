@@ -1,9 +1,12 @@
 """The pre-generation hook: bad answers stop the render early and clearly."""
 
+import json
+
 import pytest
 from cookiecutter.exceptions import FailedHookException
+from cookiecutter.main import cookiecutter
 
-from helpers import render
+from helpers import QUESTIONS, REPO, render
 
 # answers, the question named, the value named, a word of what is accepted
 BAD_ANSWERS = {
@@ -12,6 +15,8 @@ BAD_ANSWERS = {
     "package-shadows-torch": ({"package_name": "torch"}, "package_name", "torch", "shadow"),
     "package-is-keyword": ({"package_name": "class"}, "package_name", "class", "keyword"),
     "package-is-stdlib": ({"package_name": "json"}, "package_name", "json", "shadow"),
+    "package-is-an-entry-script": ({"package_name": "serve"}, "package_name", "serve", "shadow"),
+    "package-shadows-optuna": ({"package_name": "optuna"}, "package_name", "optuna", "shadow"),
     "email": ({"author_email": "not-an-email"}, "author_email", "not-an-email", "@"),
     "slug": ({"project_slug": "Bad Slug"}, "project_slug", "Bad Slug", "lowercase"),
 }
@@ -32,6 +37,30 @@ def test_bad_answer_is_rejected(
     assert value in line
     assert accepted.lower() in line.lower()
     assert list((tmp_path / "out").iterdir()) == [], "a rejected render left files behind"
+
+
+@pytest.mark.parametrize("question", QUESTIONS)
+def test_bad_choice_in_a_replayed_context_is_rejected(tmp_path, capfd, question: str) -> None:
+    # Prompts and --no-input offer only the listed choices; a replay file (or the answers cruft
+    # keeps in .cruft.json) reaches the hooks unchecked, so the pre-generation hook checks them.
+    replay = render(tmp_path).context
+    replay["cookiecutter"][question] = "maybe"
+    replay_file = tmp_path / "replay.json"
+    replay_file.write_text(json.dumps(replay))
+    output = tmp_path / "again"
+    output.mkdir()
+    capfd.readouterr()
+    with pytest.raises(FailedHookException):
+        cookiecutter(
+            str(REPO),
+            replay=str(replay_file),
+            output_dir=str(output),
+            config_file=str(tmp_path / "cookiecutter" / "config.yaml"),
+        )
+    (line,) = capfd.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {question} 'maybe' is not one of: ")
+    assert all(value in line for value in QUESTIONS[question])
+    assert list(output.iterdir()) == [], "a rejected render left files behind"
 
 
 @pytest.mark.parametrize(

@@ -78,6 +78,10 @@ def test_choice_questions_are_the_list_valued_answers(tmp_path) -> None:
 def test_template_questions_are_read() -> None:
     # The four questions this template has had from the start; later ones add to them.
     assert {"python_version", "dataset", "license", "github_actions"} <= set(QUESTIONS)
+    # The feature questions, default yes; test_template_combinations_cover_every_pair shows
+    # each answered both ways with every value of every other question.
+    for feature in ("deploy", "sweep", "cluster"):
+        assert QUESTIONS[feature] == ["yes", "no"]
 
 
 def test_missing_values_names_what_no_run_answers() -> None:

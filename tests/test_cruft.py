@@ -31,6 +31,14 @@ GIT_IDENTITY = {
 TEMPLATE_README = REPO / "{{cookiecutter.project_slug}}" / "README.md"
 NEWS = "Release notes of the template live in its repository."
 USER_CONFIG = "model:\n  learning_rate: 0.01\n"
+# A file of each feature that release 2 changes: the change reaches a project with the feature,
+# and a project without it stays without the file.
+FEATURE_CHANGES = {
+    "deploy": "export.py",
+    "sweep": "configs/sweep/default.yaml",
+    "cluster": "scripts/slurm/train.sbatch",
+}
+RELEASE_2_LINE = "# Changed in template release 2.\n"
 
 
 def cruft(*args: str, cwd: Path) -> str:
@@ -70,7 +78,8 @@ def test_hooks_are_safe_under_cruft(hook: Path) -> None:
 
 
 @pytest.mark.slow
-def test_cruft_update_keeps_user_edits(tmp_path: Path) -> None:
+@pytest.mark.parametrize("features", ["yes", "no"], ids=["with-features", "without-features"])
+def test_cruft_update_keeps_user_edits(tmp_path: Path, features: str) -> None:
     # Commit 1 of the template.
     template = tmp_path / "template"
     shutil.copytree(REPO, template, ignore=NOT_TEMPLATE)
@@ -80,6 +89,7 @@ def test_cruft_update_keeps_user_edits(tmp_path: Path) -> None:
     settings = tmp_path / "cookiecutter.yaml"
     settings.write_text(f"cookiecutters_dir: {json.dumps(str(tmp_path / 'cache'))}\n")
     answers = {"project_name": "Leaf Lab", "dataset": "digits"}
+    answers |= dict.fromkeys(FEATURE_CHANGES, features)
     cruft(
         "create", str(template), "--no-input", "--output-dir", str(tmp_path),
         "--config-file", str(settings), "--extra-context", json.dumps(answers),
@@ -103,6 +113,9 @@ def test_cruft_update_keeps_user_edits(tmp_path: Path) -> None:
     readme.write_text(readme.read_text().replace("## Tests\n", f"## Tests\n\n{NEWS}\n", 1))
     news_config = template / "{{cookiecutter.project_slug}}" / "configs" / "news.yaml"
     news_config.write_text("trainer:\n  max_epochs: 2\n")
+    for path in FEATURE_CHANGES.values():
+        with (template / "{{cookiecutter.project_slug}}" / path).open("a") as changed:
+            changed.write(RELEASE_2_LINE)
     commit_all(template, "Template release 2")
     release_2 = git("rev-parse", "HEAD", cwd=template).strip()
 
@@ -114,7 +127,14 @@ def test_cruft_update_keeps_user_edits(tmp_path: Path) -> None:
     assert (project / "configs" / "news.yaml").read_text() == "trainer:\n  max_epochs: 2\n"
     assert edited in backbones.read_text()
     assert (project / "configs" / "my_experiment.yaml").read_text() == USER_CONFIG
-    assert json.loads((project / ".cruft.json").read_text())["commit"] == release_2
+    for path in FEATURE_CHANGES.values():
+        if features == "yes":
+            assert (project / path).read_text().endswith(RELEASE_2_LINE)
+        else:
+            assert not (project / path).exists(), f"the update brought back {path}"
+    record = json.loads((project / ".cruft.json").read_text())
+    assert record["commit"] == release_2
+    assert {record["context"]["cookiecutter"][name] for name in FEATURE_CHANGES} == {features}
     cruft("check", cwd=project)
 
     commit_all(project, "Template release 2")

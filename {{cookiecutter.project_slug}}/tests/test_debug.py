@@ -160,7 +160,10 @@ def test_the_bar_redraws_at_most_once_per_interval_and_at_each_epoch_end(
 
 
 def test_a_negative_bar_interval_is_refused_in_one_line(train: Callable) -> None:
-    refused = r'^error: .*"min_interval": Not of type NonNegativeFloat: -1 does not conform to'
+    refused = (
+        r"^error: trainer\.callbacks\.min_interval \(\S+\.PacedProgressBar\): "
+        r"Not of type NonNegativeFloat: -1 does not conform to restriction v>=0 \(python"
+    )
     with pytest.raises(SystemExit, match=refused):
         train(
             "--trainer.enable_progress_bar", "true",

@@ -1,7 +1,6 @@
-"""Scaling out on CPU: processes agree on metrics, SLURM, precision, compile.
+"""Scaling out on CPU: processes agree on metrics, precision, compile.
 
-test_user_paths.py runs every launcher (Lightning's, ddp_spawn, torchrun, SLURM) as the README
-shows it.
+test_user_paths.py runs every launcher the README shows as it shows it.
 """
 
 import os
@@ -13,9 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning.pytorch.plugins.environments import SLURMEnvironment
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
-from test_train import RUN, parse
+from test_train import RUN
 
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 
@@ -80,65 +77,6 @@ def test_compiled_backbone_trains(train: Callable) -> None:
     assert 0.0 <= metrics["test/acc"] <= 1.0
     saved = torch.load(RUN / "checkpoints" / "last.ckpt", weights_only=True)
     assert not any("_orig_mod" in key for key in saved["state_dict"])
-
-
-SLURM_TASK = {
-    "SLURM_JOB_NAME": "train",
-    "SLURM_JOB_ID": "1234",
-    "SLURM_NTASKS": "4",
-    "SLURM_NTASKS_PER_NODE": "2",
-    "SLURM_NNODES": "2",
-    "SLURM_NODELIST": "node[1-2]",
-    "SLURM_PROCID": "3",
-    "SLURM_LOCALID": "1",
-    "SLURM_NODEID": "1",
-}
-
-
-@pytest.fixture
-def slurm_task(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pretend to be task 3 of 4 started by srun (2 nodes x 2 tasks)."""
-    for key, value in SLURM_TASK.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/srun" if name == "srun" else None)
-    # The Trainer records the global rank process-wide; restore it for the next tests.
-    monkeypatch.setattr(rank_zero_only, "rank", rank_zero_only.rank)
-
-
-@pytest.mark.usefixtures("slurm_task")
-def test_slurm_environment_is_detected(data_args: list[str]) -> None:
-    cli = parse(
-        "--accelerator",
-        "cpu",
-        "--devices",
-        "2",
-        "--num_nodes",
-        "2",
-        "--strategy",
-        "ddp",
-        *data_args,
-    )
-    environment = cli.trainer.strategy.cluster_environment
-    assert isinstance(environment, SLURMEnvironment)
-    assert (environment.world_size(), environment.global_rank()) == (4, 3)
-    assert (environment.local_rank(), environment.node_rank()) == (1, 1)
-
-
-@pytest.mark.usefixtures("slurm_task")
-def test_slurm_tasks_per_node_must_match_devices(data_args: list[str]) -> None:
-    cli = parse("--accelerator", "cpu", "--devices", "1", "--num_nodes", "2", *data_args)
-    # Lightning checks the SLURM layout when fit launches the processes, before any work.
-    with pytest.raises(ValueError, match=r"--ntasks-per-node=2.*does not match"):
-        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-
-
-def test_sbatch_script_checkpoints_before_the_time_limit() -> None:
-    script = PROJECT / "scripts" / "slurm" / "train.sbatch"
-    subprocess.run(["bash", "-n", str(script)], check=True)
-    text = script.read_text()
-    assert "#SBATCH --signal=SIGUSR1@90" in text
-    assert "srun python train.py" in text
-    assert '--devices "$SLURM_NTASKS_PER_NODE"' in text and '--num_nodes "$SLURM_NNODES"' in text
 
 
 @pytest.mark.slow

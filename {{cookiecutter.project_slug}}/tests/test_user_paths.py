@@ -2,16 +2,18 @@
 
 Default progress bar, default workers, default callbacks and loggers: no test-only flag.
 Each test runs once with the output on a pseudo-terminal and once into a file. The only
-changes: fewer epochs (`--max_epochs 1`) and sweep trials (`--n_trials 2`), a free port for
-a fixed one, the real file for a placeholder such as `<name>.onnx`, and `--accelerator cpu`
-for the SLURM script, which asks for GPUs. The data the README points at (`--data.root ...`)
-is written where it points, in the dataset's own format.
+changes: fewer epochs (`--max_epochs 1`) and trials, a free port for a fixed one, the real file
+for a placeholder such as `version_<N>`, and `--accelerator cpu` for a script that asks for
+GPUs. The data the README points at (`--data.root ...`) is written where it points, in the
+dataset's own format.
 
 A command that runs past its limit is stopped, and every Python process it started first
 writes its stacks (tests/stacks/sitecustomize.py), so a hang is diagnosed from the log alone.
 """
 
+{% if cookiecutter.deploy == "yes" -%}
 import base64
+{% endif -%}
 import contextlib
 import json
 import os
@@ -26,18 +28,26 @@ import sys
 import termios
 import threading
 import time
+{%- if cookiecutter.deploy == "yes" %}
 import urllib.request
+{%- endif %}
 from dataclasses import dataclass
 from fcntl import ioctl
 from pathlib import Path
 
 import fake_data
+{%- if cookiecutter.deploy == "yes" %}
 import numpy as np
+{%- endif %}
+{%- if cookiecutter.sweep == "yes" %}
 import optuna
+{%- endif %}
 import pytest
 import torch
 from logged import scalars
+{%- if cookiecutter.deploy == "yes" %}
 from PIL import Image
+{%- endif %}
 
 pytestmark = [pytest.mark.slow, pytest.mark.user_path]
 
@@ -220,33 +230,14 @@ def run_folders(workspace: Path) -> int:
 def workspace(tmp_path: Path) -> Path:
     """A copy of the user's starting point: the project's scripts and configs, and the data
     the README's commands point at."""
-    for name in ("train.py", "evaluate.py", "export.py", "predict.py", "serve.py", "sweep.py"):
-        (tmp_path / name).write_text((PROJECT / name).read_text())
+    for script in PROJECT.glob("*.py"):
+        (tmp_path / script.name).write_text(script.read_text())
     for folder in ("configs", "scripts"):
         subprocess.run(["cp", "-r", str(PROJECT / folder), str(tmp_path)], check=True)
     root = re.search(r"--data\.root (\S+)", shown("python train.py"))
     if root:
         fake_data.write_dataset(tmp_path / root.group(1))
     return tmp_path
-
-
-def fake_srun(folder: Path) -> Path:
-    """An `srun` for one node: it starts SLURM_NTASKS copies of its command with task ids."""
-    folder.mkdir()
-    script = folder / "srun"
-    script.write_text(
-        "#!/bin/bash\n"
-        "pids=()\n"
-        "for ((i = 0; i < SLURM_NTASKS; i++)); do\n"
-        '    SLURM_PROCID=$i SLURM_LOCALID=$i SLURM_NODEID=0 "$@" &\n'
-        "    pids+=($!)\n"
-        "done\n"
-        "status=0\n"
-        'for pid in "${pids[@]}"; do wait "$pid" || status=$?; done\n'
-        'exit "$status"\n'
-    )
-    script.chmod(0o755)
-    return folder
 
 
 @pytest.mark.parametrize("output", OUTPUTS)
@@ -273,6 +264,55 @@ def test_training_commands_as_the_readme_shows_them(workspace: Path, output: str
         before = run_folders(workspace)
         two_processes(run(as_typed(command), workspace, output), workspace, before)
 
+    run(as_typed(shown(f"{train} --precision bf16-mixed")), workspace, output)
+    # The headline metric: checkpoint choice, early stopping and the summary follow one flag.
+    by_f1 = run(as_typed(shown(f"{train} --monitor val/f1")), workspace, output)
+    run_folder = newest_run(workspace)
+    states = torch.load(next((run_folder / "checkpoints").glob("epoch*.ckpt")), weights_only=True)
+    (best,) = [state for state in states["callbacks"].values() if state.get("monitor")]
+    stoppers = [key for key in states["callbacks"] if key.startswith("EarlyStopping")]
+    assert best["monitor"] == "val/f1"
+    assert stoppers == ["EarlyStopping{'monitor': 'val/f1', 'mode': 'max'}"]
+    f1 = [value for _, value in scalars(run_folder, "val/f1")]
+    assert float(best["best_model_score"]) == pytest.approx(max(f1))
+    assert re.search(r"Best checkpoint: +\S+val_f1[0-9.]+\.ckpt +\(val/f1 ", by_f1.output)
+    # In README order, the newest run before a resume uses other config files.
+    run(as_typed(shown(f"{train} --config configs/sgd_step.yaml")), workspace, output)
+    before, newest = run_folders(workspace), newest_run(workspace)
+    resumed = run(
+        [*as_typed(shown("python train.py --ckpt_path last"), epochs=False), "--max_epochs", "2"],
+        workspace,
+        output,
+    )
+    assert run_folders(workspace) == before  # it went on in the newest run's folder
+    assert "Best checkpoint:" in resumed.output
+    state = torch.load(newest / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["epoch"] == 1
+    assert state["hyper_parameters"]["scheduler"]["class_path"].endswith("ReduceLROnPlateau")
+{%- if cookiecutter.cluster == "yes" %}
+
+
+def fake_srun(folder: Path) -> Path:
+    """An `srun` for one node: it starts SLURM_NTASKS copies of its command with task ids."""
+    folder.mkdir()
+    script = folder / "srun"
+    script.write_text(
+        "#!/bin/bash\n"
+        "pids=()\n"
+        "for ((i = 0; i < SLURM_NTASKS; i++)); do\n"
+        '    SLURM_PROCID=$i SLURM_LOCALID=$i SLURM_NODEID=0 "$@" &\n'
+        "    pids+=($!)\n"
+        "done\n"
+        "status=0\n"
+        'for pid in "${pids[@]}"; do wait "$pid" || status=$?; done\n'
+        'exit "$status"\n'
+    )
+    script.chmod(0o755)
+    return folder
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_cluster_commands_as_the_readme_shows_them(workspace: Path, output: str) -> None:
     port, before = str(free_port()), run_folders(workspace)
     nodes = [
         UserCommand(
@@ -304,25 +344,11 @@ def test_training_commands_as_the_readme_shows_them(workspace: Path, output: str
     command += ["--accelerator", "cpu"]
     before = run_folders(workspace)
     two_processes(run(command, workspace, output, **slurm), workspace, before)
-
-    run(as_typed(shown(f"{train} --precision bf16-mixed")), workspace, output)
-    # In README order, the newest run before a resume uses other config files.
-    run(as_typed(shown(f"{train} --config configs/sgd_step.yaml")), workspace, output)
-    before, newest = run_folders(workspace), newest_run(workspace)
-    resumed = run(
-        [*as_typed(shown("python train.py --ckpt_path last"), epochs=False), "--max_epochs", "2"],
-        workspace,
-        output,
-    )
-    assert run_folders(workspace) == before  # it went on in the newest run's folder
-    assert "Best checkpoint:" in resumed.output
-    state = torch.load(newest / "checkpoints" / "last.ckpt", weights_only=True)
-    assert state["epoch"] == 1
-    assert state["hyper_parameters"]["scheduler"]["class_path"].endswith("ReduceLROnPlateau")
+{%- endif %}
 
 
 @pytest.mark.parametrize("output", OUTPUTS)
-def test_deploy_commands_as_the_readme_shows_them(workspace: Path, output: str) -> None:
+def test_evaluate_commands_as_the_readme_shows_them(workspace: Path, output: str) -> None:
     run(as_typed(shown("python train.py")), workspace, output)
     folder = newest_run(workspace)
     evaluated = run(as_typed(shown("python evaluate.py"), epochs=False), workspace, output)
@@ -333,6 +359,13 @@ def test_deploy_commands_as_the_readme_shows_them(workspace: Path, output: str) 
     )
     # The run folder keeps what training logged next to what the evaluations added.
     assert scalars(folder, "val/loss") and scalars(folder, "test/acc")
+{%- if cookiecutter.deploy == "yes" %}
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_deploy_commands_as_the_readme_shows_them(workspace: Path, output: str) -> None:
+    run(as_typed(shown("python train.py")), workspace, output)
+    folder = newest_run(workspace)
     run(as_typed(shown("python export.py"), epochs=False), workspace, output)
     (onnx,) = (folder / "export").glob("*.onnx")
 
@@ -385,6 +418,8 @@ def healthy(port: str) -> bool:
             return response.status == 200
     except OSError:
         return False
+{%- endif %}
+{%- if cookiecutter.sweep == "yes" %}
 
 
 @pytest.mark.parametrize("output", OUTPUTS)
@@ -419,3 +454,4 @@ def test_sweep_commands_as_the_readme_shows_them(workspace: Path, output: str) -
     second[second.index("--n_trials") + 1] = "2"
     assert "Best trial:" in run(second, workspace, output).output
     assert (workspace / "runs" / "sweeps" / "default" / "best.yaml").is_file()
+{%- endif %}

@@ -128,7 +128,7 @@ class TrainCLI(LightningCLI):
             type=Literal[tuple(MONITORABLE)],
             default="val/loss",
             help="The validation metric that picks the best checkpoint (the one tested) and "
-            "stops the run early; the sweep ranks trials by it too.",
+            "stops the run early.",
         )
         for callback in ("checkpoint", "early_stopping"):
             parser.link_arguments("monitor", f"{callback}.init_args.monitor")
@@ -232,7 +232,7 @@ class OneLineErrors(LightningArgumentParser):
 IN_A_CLASS = re.compile(
     r'Parser key "(?P<key>[\w.]+)": Does not validate against any of the Union subtypes .*?'
     r"Problem with given class_path '(?P<cls>[^']+)': Parser key \"(?P<arg>[\w.]+)\": "
-    r"(?P<why>.*?) - Expected a <class 'NoneType'>"
+    r"(?P<why>.*?)(?: - |$)"
 )
 
 
@@ -262,10 +262,10 @@ def build_cli(
     cli_class: type[TrainCLI] = TrainCLI,
     **options: Any,
 ) -> TrainCLI:
-    """The model, data module and trainer of the command line, not run yet: train, evaluate,
-    export and the sweep's argument check build it here, `options` overriding LightningCLI's.
+    """The model, data module and trainer of the command line, not run yet: every entry point
+    builds it here, `options` overriding LightningCLI's.
 
-    `callbacks` join the run without entering its saved config (the sweep's pruning callback).
+    `callbacks` join the run without entering its saved config (e.g. a search's pruning).
     """
     with warnings.catch_warnings():
         # evaluate and export pass a list of their own; sys.argv holds their flags, not these.

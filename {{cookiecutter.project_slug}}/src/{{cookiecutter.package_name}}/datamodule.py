@@ -245,7 +245,7 @@ def start_worker(worker_id: int) -> None:
 
     A SIGTERM to every process of the job (`kill -- -PGID`, `timeout`, a scheduler's time
     limit) would otherwise kill the workers first, and the main process would fail on a dead
-    worker wherever it is instead of saving a checkpoint and stopping (a sweep would record
+    worker wherever it is instead of saving a checkpoint and stopping (a search would record
     the trial as crashed). The main process ends its workers itself; a worker whose main
     process died exits within seconds (the loader's own watchdog).
     """

@@ -26,8 +26,8 @@ from .errors import ConfigError
 # (in_channels, num_classes) -> network; chosen in configs by class_path.
 BackboneFactory = Callable[[int, int], nn.Module]
 
-# The validation metrics that can pick the best checkpoint, stop a run early and rank sweep
-# trials (`--monitor`), and which way is better; validation_step logs each of them.
+# The validation metrics that can pick the best checkpoint and stop a run early (`--monitor`),
+# and which way is better; validation_step logs each of them.
 MONITORABLE = {"val/loss": "min", "val/acc": "max", "val/f1": "max"}
 
 Batch = tuple[Tensor, Tensor]

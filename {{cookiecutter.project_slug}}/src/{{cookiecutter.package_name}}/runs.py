@@ -278,7 +278,7 @@ def finish() -> None:
     """End what outlives a run in this process: a W&B run, the process group."""
     wandb = sys.modules.get("wandb")  # imported only if a WandbLogger was used
     if wandb is not None and wandb.run is not None:
-        wandb.run.finish()  # otherwise the next run in this process (a sweep trial) reuses it
+        wandb.run.finish()  # otherwise the next run in this process would log into it
     if torch.distributed.is_initialized():
         # Shut the process group down cleanly; left to interpreter exit, gloo can abort.
         destroy_process_group()
@@ -288,7 +288,7 @@ def release(cli: LightningCLI) -> None:
     """Let go of what the CLI built, so its loaders and their worker processes end with the run.
 
     The CLI object outlives the run (jsonargparse's parser context refers to it); without
-    this, a sweep's next trial would begin while the previous trial's workers still ran.
+    this, a process's next run would begin while the previous run's workers still ran.
     """
     cli.trainer = cli.model = cli.datamodule = cli.config_init = None
     cli.trainer_defaults = {}

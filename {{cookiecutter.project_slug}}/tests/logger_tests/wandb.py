@@ -40,7 +40,7 @@ class WandbRunIds(L.Callback):
 
 
 def test_each_run_in_one_process_gets_its_own_wandb_run(train: Callable) -> None:
-    # Sweep trials run one after another in one process; none may log into another's run.
+    # Runs one after another in one process (tests, a search's trials) keep their logs apart.
     runs = WandbRunIds()
     train(callbacks=[runs])
     train(callbacks=[runs])
