@@ -62,7 +62,7 @@ def train_command(tmp_path: Path) -> list[str]:
         "import sys\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "import fake_data\n"
-        "from {{ cookiecutter.package_name }}.cli import main\n"
+        "from {{ cookiecutter.package_name }}.train import main\n"
         "fake_data.trust_local_files()  # also in processes that ddp_spawn starts\n"
         "if __name__ == '__main__':\n"
         "    main()\n"
