@@ -23,6 +23,9 @@ from {{ cookiecutter.package_name }}.compat import (
     destroy_process_group,
     set_collective_timeout,
     trainer_flag_type,
+{%- if cookiecutter.sweep == "yes" %}
+    trial_id,
+{%- endif %}
 )
 
 
@@ -87,3 +90,19 @@ def test_the_bar_asks_before_each_redraw() -> None:
     assert asked == [(3, 10)]
     # And Lightning still asks it when a training batch ends.
     assert "self._should_update(" in inspect.getsource(TQDMProgressBar.on_train_batch_end)
+{%- if cookiecutter.sweep == "yes" %}
+
+
+def test_a_trial_is_found_again_by_its_id() -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.InMemoryStorage()
+    optuna.create_study(storage=storage, study_name="earlier").ask()
+    study = optuna.create_study(storage=storage, study_name="this")
+    trial = study.ask()  # number 0 in this study; the storage's id 0 is the earlier study's
+    value = trial.suggest_float("x", 0, 1)
+    again = optuna.trial.Trial(study, trial_id(trial))
+    assert again.number == trial.number == 0
+    assert again.suggest_float("x", 0, 1) == value  # the same trial, as stored
+{%- endif %}

@@ -1,4 +1,4 @@
-"""Fork and edit: a new dataset or a new network is one new file plus one flag.
+"""Fork and edit: a new dataset, network, loss or augmentation is one new file plus one flag.
 
 Each test writes the file a user would write into the package, runs what the README runs,
 and removes the file again.
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from conftest import FAST
+from lightning.pytorch import Callback
 {%- if cookiecutter.deploy == "yes" %}
 from PIL import Image
 {%- endif %}
@@ -97,6 +99,70 @@ class MLP(nn.Sequential):
         super().__init__(*layers)
 '''
 
+# A loss as a user would write one (focal loss: hard examples weigh more). `calls` records
+# whether each call had gradients on, so the test sees training and evaluation use it.
+FOCAL = '''"""Focal loss (Lin et al., 2017): cross-entropy scaled down on confident predictions."""
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+
+class FocalLoss(nn.Module):
+    calls: list[bool] = []
+
+    def __init__(self, gamma: float = 2.0) -> None:
+        super().__init__()
+        self.gamma = gamma
+
+    def forward(self, logits: Tensor, labels: Tensor) -> Tensor:
+        FocalLoss.calls.append(torch.is_grad_enabled())
+        log_p = F.log_softmax(logits, dim=-1).gather(1, labels[:, None]).squeeze(1)
+        return (-((1 - log_p.exp()) ** self.gamma) * log_p).mean()
+'''
+{%- if cookiecutter.dataset == "image_folder" %}
+
+# One more augmentation as a user would add it: small random rotations before the crops.
+# `calls` counts the training images it saw.
+ROTATED = '''"""The project's images, also rotated by up to 15 degrees while training."""
+
+from torchvision.transforms import v2
+
+from .data import DataModule
+
+
+class Rotated(DataModule):
+    calls: list[int] = []
+
+    def train_transform(self) -> v2.Transform:
+        return v2.Compose([v2.Lambda(self.count), v2.RandomRotation(15), super().train_transform()])
+
+    @staticmethod
+    def count(image):
+        Rotated.calls.append(1)
+        return image
+'''
+{%- else %}
+
+# One more augmentation as a user would add it: small random rotations after the project's
+# own. `calls` records the size of each batch it saw.
+ROTATED = '''"""The project's images, also rotated by up to 15 degrees while training."""
+
+from torch import Tensor
+
+from .batch_augment import random_affine
+from .data import DataModule
+
+
+class Rotated(DataModule):
+    calls: list[int] = []
+
+    def augment(self, images: Tensor) -> Tensor:
+        Rotated.calls.append(len(images))
+        return random_affine(super().augment(images), degrees=15, translate=0.0)
+'''
+{%- endif %}
+
 
 @pytest.fixture
 def new_module() -> Iterator[Callable[[str, str], str]]:
@@ -152,6 +218,47 @@ def test_a_new_network_is_one_file_and_one_flag(new_module: Callable, train: Cal
     weights = load_checkpoint(best)["state_dict"]
     assert weights["backbone.1.weight"].shape[0] == 32  # the MLP's hidden layer was trained
     assert torch.isfinite(weights["backbone.3.weight"]).all()
+
+
+def test_a_new_loss_is_one_file_and_one_flag(new_module: Callable, train: Callable) -> None:
+    focal = new_module("focal", FOCAL) + ".FocalLoss"
+    module = importlib.import_module(focal.rpartition(".")[0])
+    metrics = train("--model.loss", focal, "--model.loss.gamma", "3")
+    config = yaml.safe_load(next(Path("runs").rglob("config.yaml")).read_text())
+    assert config["model"]["loss"] == {"class_path": focal, "init_args": {"gamma": 3.0}}
+    calls = module.FocalLoss.calls
+    assert True in calls and False in calls  # training steps, and validation and test
+    assert torch.isfinite(torch.tensor(metrics["test/loss"]))
+
+
+class ServedImages(Callback):
+    """Counts the images of the training batches."""
+
+    def __init__(self) -> None:
+        self.images = 0
+
+    def on_train_batch_start(self, trainer: object, module: object, batch: tuple, i: int) -> None:
+        self.images += len(batch[1])
+
+
+def test_a_new_augmentation_is_one_file_and_one_flag(
+    new_module: Callable, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data_args: list[str]
+) -> None:
+    rotated = new_module("rotated", ROTATED) + ".Rotated"
+    module = importlib.import_module(rotated.rpartition(".")[0])
+    monkeypatch.chdir(tmp_path)
+    served = ServedImages()
+    main(["--data", rotated, *FAST, *data_args], callbacks=[served])
+    config = yaml.safe_load(next(Path("runs").rglob("config.yaml")).read_text())
+    assert config["data"]["class_path"] == rotated
+    assert served.images > 0
+{%- if cookiecutter.dataset == "image_folder" %}
+    # Every training image, and no other (+1: the start-up check of the input shape reads one
+    # training image).
+    assert served.images <= len(module.Rotated.calls) <= served.images + 1
+{%- else %}
+    assert sum(module.Rotated.calls) == served.images  # every training batch, and no other
+{%- endif %}
 
 
 @pytest.mark.parametrize(

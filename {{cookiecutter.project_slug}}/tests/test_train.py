@@ -16,6 +16,7 @@ from {{ cookiecutter.package_name }}.cli import CALLBACKS, TrainCLI, build_cli
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 
 PROJECT = Path(__file__).resolve().parents[1]
+CONFIGS = PROJECT / "configs"
 RUN = Path("runs/default/version_0")
 SECOND = Path("runs/default/version_1")
 
@@ -75,7 +76,7 @@ def test_resume_from_last_continues_at_the_saved_epoch_and_step(train: Callable)
 
 def test_resume_last_goes_on_as_the_newest_run_was_configured(train: Callable) -> None:
     train("--max_epochs", "1")
-    train("--max_epochs", "1", "--config", str(PROJECT / "configs" / "sgd_step.yaml"))
+    train("--max_epochs", "1", "--config", str(CONFIGS / "model" / "sgd_step.yaml"))
     # The newest run used SGD; the command without that config resumes it as SGD.
     train("--max_epochs", "2", "--ckpt_path", "last")
     resumed = torch.load(SECOND / "checkpoints" / "last.ckpt", weights_only=True)
@@ -125,14 +126,23 @@ def test_resume_without_a_previous_run_says_so(
 
 
 def test_saved_config_reproduces_the_run(train: Callable) -> None:
-    train("--model.label_smoothing", "0.05", "--model.optimizer.lr", "0.002")
+    train("--model.loss.label_smoothing", "0.05", "--model.optimizer.lr", "0.002")
     config = yaml.safe_load((RUN / "config.yaml").read_text())
     assert config["ckpt_path"] is None
-    assert config["model"]["label_smoothing"] == 0.05
+    assert config["model"]["loss"]["init_args"]["label_smoothing"] == 0.05
     again = parse("--config", str(RUN / "config.yaml"))
-    assert again.model.hparams["label_smoothing"] == 0.05
+    assert again.model.loss.label_smoothing == 0.05
     assert again.model.hparams["optimizer"]["init_args"]["lr"] == 0.002
     assert again.trainer.max_epochs == 2
+
+
+def test_the_loss_is_one_key(train: Callable) -> None:
+    """The README's example: a hinge loss instead of cross-entropy, for every step."""
+    train("--model.loss", "torch.nn.MultiMarginLoss")
+    config = yaml.safe_load((RUN / "config.yaml").read_text())
+    assert config["model"]["loss"]["class_path"] == "torch.nn.MultiMarginLoss"
+    model = parse("--config", str(RUN / "config.yaml")).model
+    assert isinstance(model.loss, torch.nn.MultiMarginLoss)
 
 
 def test_same_seed_gives_identical_metrics_when_deterministic(train: Callable) -> None:
@@ -212,9 +222,13 @@ def test_print_config_shows_the_complete_config(
     assert config["model"]["backbone"]["class_path"].endswith("ConvNet")
 
 
-@pytest.mark.parametrize(
-    "config", sorted(Path(__file__).parents[1].glob("configs/*.yaml")), ids=lambda p: p.name
+# Training configs: the defaults, model and hardware choices (debug/ has tests of its own).
+TRAINING_CONFIGS = sorted(
+    path for group in ("", "model/", "hardware/") for path in CONFIGS.glob(f"{group}*.yaml")
 )
+
+
+@pytest.mark.parametrize("config", TRAINING_CONFIGS, ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_every_config_file_builds_a_model_that_runs(config: Path, data_args: list[str]) -> None:
     # Parse the file as given (fsdp.yaml asks for GPUs), then build it on this CPU.
     cli = parse(*data_args, "--accelerator", "cpu", "--devices", "1")

@@ -277,7 +277,7 @@ def test_training_commands_as_the_readme_shows_them(workspace: Path, output: str
     assert float(best["best_model_score"]) == pytest.approx(max(f1))
     assert re.search(r"Best checkpoint: +\S+val_f1[0-9.]+\.ckpt +\(val/f1 ", by_f1.output)
     # In README order, the newest run before a resume uses other config files.
-    run(as_typed(shown(f"{train} --config configs/sgd_step.yaml")), workspace, output)
+    run(as_typed(shown(f"{train} --config configs/model/sgd_step.yaml")), workspace, output)
     before, newest = run_folders(workspace), newest_run(workspace)
     resumed = run(
         [*as_typed(shown("python train.py --ckpt_path last"), epochs=False), "--max_epochs", "2"],

@@ -41,21 +41,22 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def load_weights(module: torch.nn.Module, state_dict: Mapping[str, Tensor], source: Path) -> None:
-    """Load `state_dict` into `module`; missing, unexpected or reshaped keys raise ConfigError."""
-    expected = module.state_dict()
-    problems = []
-    if missing := sorted(expected.keys() - state_dict.keys()):
-        problems.append(f"missing keys {', '.join(missing)}")
-    if unexpected := sorted(state_dict.keys() - expected.keys()):
-        problems.append(f"unexpected keys {', '.join(unexpected)}")
-    problems += [
-        f"{key} has shape {tuple(state_dict[key].shape)}, the model {tuple(value.shape)}"
-        for key, value in expected.items()
-        if key in state_dict and state_dict[key].shape != value.shape
-    ]
-    if problems:
-        raise ConfigError(f"{source} does not fit this architecture: {'; '.join(problems)}")
+    """Load `state_dict` into `module`; missing, unexpected or reshaped layers raise ConfigError."""
+    if differ := layer_differences(state_dict, module.state_dict()):
+        raise ConfigError(f"{source} does not fit this architecture: {'; '.join(differ)}")
     module.load_state_dict(state_dict)
+
+
+def layer_differences(state: Mapping[str, Tensor], expected: Mapping[str, Tensor]) -> list[str]:
+    """Each layer that is in only one of two state dicts, or has another shape in each."""
+    differ = [f"{key} not in the model" for key in state.keys() - expected.keys()]
+    differ += [f"{key} not in the checkpoint" for key in expected.keys() - state.keys()]
+    differ += [
+        f"{key} {tuple(state[key].shape)} (now {tuple(value.shape)})"
+        for key, value in expected.items()
+        if key in state and state[key].shape != value.shape
+    ]
+    return sorted(differ)
 
 
 def build_model(

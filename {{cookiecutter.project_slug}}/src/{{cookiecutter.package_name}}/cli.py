@@ -139,6 +139,11 @@ class TrainCLI(LightningCLI):
         parser.set_defaults(
             {
                 **{key: as_config(*callback) for key, callback in CALLBACKS.items()},
+                # Smoothing keeps the model from growing its logits without bound.
+                "model.loss": {
+                    "class_path": "torch.nn.CrossEntropyLoss",
+                    "init_args": {"label_smoothing": 0.1},
+                },
                 "trainer.max_epochs": DEFAULT_MAX_EPOCHS,
                 "trainer.log_every_n_steps": 10,
                 "trainer.logger": LOGGER,

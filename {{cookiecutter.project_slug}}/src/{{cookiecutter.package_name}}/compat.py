@@ -86,3 +86,14 @@ class PacingHook(TQDMProgressBar):
 
     def may_redraw(self, current: int, total: int) -> bool:
         return True
+{%- if cookiecutter.sweep == "yes" %}
+
+
+def trial_id(trial: Any) -> int:
+    """The storage's id of an Optuna trial: what `optuna.trial.Trial(study, trial_id)` takes to
+    make the same trial in another process (a DDP trial's other ranks).
+
+    Optuna keeps it in a private attribute; its public `number` counts within the study only.
+    """
+    return trial._trial_id
+{%- endif %}

@@ -25,6 +25,8 @@ from .errors import ConfigError
 
 # (in_channels, num_classes) -> network; chosen in configs by class_path.
 BackboneFactory = Callable[[int, int], nn.Module]
+# () -> loss module, called as loss(logits, labels); chosen in configs by class_path.
+LossFactory = Callable[[], nn.Module]
 
 # The validation metrics that can pick the best checkpoint and stop a run early (`--monitor`),
 # and which way is better; validation_step logs each of them.
@@ -34,9 +36,11 @@ Batch = tuple[Tensor, Tensor]
 
 
 class ImageClassifier(L.LightningModule):
-    """Classifies images with `backbone`; the loss is cross-entropy on logits.
+    """Classifies images with `backbone`, trained on `loss(logits, labels)`.
 
     `num_classes` and `input_shape` come from the data module (argument links).
+    `loss` is any loss class chosen by class_path (train.py's default: cross-entropy with
+    label smoothing 0.1); training, validation and test use it.
     `scheduler` is any torch LR scheduler chosen by class_path (StepLR,
     ReduceLROnPlateau on val/loss, ...); left unset, the learning rate warms up
     linearly for `warmup_fraction` of the training steps, then decays along a
@@ -59,7 +63,7 @@ class ImageClassifier(L.LightningModule):
         optimizer: OptimizerCallable = torch.optim.AdamW,
         scheduler: LRSchedulerCallable | None = None,
         warmup_fraction: float = 0.05,
-        label_smoothing: float = 0.1,
+        loss: LossFactory = nn.CrossEntropyLoss,
         compile: bool = False,
         grad_norm_every_n_steps: int = 0,
         channels_last: bool = True,
@@ -75,7 +79,7 @@ class ImageClassifier(L.LightningModule):
             self.backbone.compile()
         self.optimizer = optimizer
         self.scheduler = scheduler
-        self.loss = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        self.loss = loss()
         metrics = MetricCollection(
             {
                 # The share of images classified correctly, as papers and scikit-learn report

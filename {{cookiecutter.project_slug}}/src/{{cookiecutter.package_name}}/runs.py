@@ -22,9 +22,8 @@ from lightning import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from torch import Tensor
 
-from .checkpoint import load_checkpoint, load_weights, resolve_checkpoint
+from .checkpoint import layer_differences, load_checkpoint, load_weights, resolve_checkpoint
 from .compat import destroy_process_group
 from .errors import ConfigError, DivergedError
 from .guards import SaveOnPreemption
@@ -147,18 +146,6 @@ def check_resumable(model: torch.nn.Module, path: Path) -> None:
     # ModelCheckpoint warns about any folder that holds checkpoints; this one should.
     folder = re.escape(str(path.parent))
     warnings.filterwarnings("ignore", message=f"Checkpoint directory {folder} exists")
-
-
-def layer_differences(state: dict[str, Tensor], expected: dict[str, Tensor]) -> list[str]:
-    """Each layer that is in only one of two state dicts, or has another shape in each."""
-    differ = [f"{key} not in the model" for key in state.keys() - expected.keys()]
-    differ += [f"{key} not in the checkpoint" for key in expected.keys() - state.keys()]
-    differ += [
-        f"{key} {tuple(state[key].shape)} (now {tuple(value.shape)})"
-        for key, value in expected.items()
-        if key in state and state[key].shape != value.shape
-    ]
-    return sorted(differ)
 
 
 def class_of(value: object) -> object:

@@ -27,6 +27,7 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, Trial, TrialState
 from optuna_integration import PyTorchLightningPruningCallback
 
+from .compat import trial_id
 from .errors import ConfigError
 from .loggers import LOGGER
 from .search_space import Sweep, check_train_args, flags, parse
@@ -196,7 +197,7 @@ def trial_environment(trial: Trial) -> Iterator[None]:
     which would make the next trial wait for processes nobody starts.
     """
     saved = dict(os.environ)
-    os.environ[TRIAL_ENV] = str(trial._trial_id)  # Optuna's Trial(study, id) takes this id
+    os.environ[TRIAL_ENV] = str(trial_id(trial))
     try:
         yield
     finally:

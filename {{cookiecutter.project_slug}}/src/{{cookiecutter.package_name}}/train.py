@@ -2,7 +2,7 @@
 
 python train.py                                   fit, then test the best checkpoint
 python train.py --devices 2 --max_epochs 5        short forms of --trainer.*
-python train.py --config configs/resnet18.yaml    any --trainer.*, --model.*, --data.* key
+python train.py --config configs/model/resnet18.yaml    any --trainer.*, --model.*, --data.* key
 python train.py --ckpt_path last                  resume the newest run of this experiment
 """
 

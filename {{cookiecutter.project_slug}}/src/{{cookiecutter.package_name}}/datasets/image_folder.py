@@ -40,19 +40,6 @@ def prediction_transform(input_shape: tuple[int, int, int]) -> v2.Transform:
     return eval_transform(input_shape[-1])
 
 
-def train_transform(image_size: int = 64) -> v2.Transform:
-    """Random crops and flips for training only."""
-    return v2.Compose(
-        [
-            v2.ToImage(),
-            v2.RandomResizedCrop(image_size, scale=(0.6, 1.0), antialias=True),
-            v2.RandomHorizontalFlip(),
-            v2.ToDtype(torch.float32, scale=True),
-            v2.Normalize(MEAN, STD),
-        ]
-    )
-
-
 def class_folders(folder: Path) -> list[str]:
     """Names of the sub-folders of `folder`, sorted as ImageFolder sorts them."""
     return sorted(entry.name for entry in folder.iterdir() if entry.is_dir())
@@ -132,14 +119,30 @@ class DataModule(ImageDataModule):
                 check_images(self.root / split)
         self.input_shape = (3, image_size, image_size)
 
+    def train_transform(self) -> v2.Transform:
+        """An image file -> augmented training input: random crops and flips.
+
+        Override it to change the augmentation (training only; `eval_transform` serves
+        validation, test and prediction).
+        """
+        return v2.Compose(
+            [
+                v2.ToImage(),
+                v2.RandomResizedCrop(self.image_size, scale=(0.6, 1.0), antialias=True),
+                v2.RandomHorizontalFlip(),
+                v2.ToDtype(torch.float32, scale=True),
+                v2.Normalize(MEAN, STD),
+            ]
+        )
+
     def setup(self, stage: str | None = None) -> None:
         train = self.root / "train"
         if (self.root / "val").is_dir():
-            self.train_set = self._folder(train, train_transform(self.image_size))
+            self.train_set = self._folder(train, self.train_transform())
             self.val_set = self._folder(self.root / "val", eval_transform(self.image_size))
         else:
             self.train_set, self.val_set = self.split(
-                self._folder(train, train_transform(self.image_size)),
+                self._folder(train, self.train_transform()),
                 self._folder(train, eval_transform(self.image_size)),
             )
         test = self.root / "test"
