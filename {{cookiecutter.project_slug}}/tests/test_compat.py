@@ -1,8 +1,11 @@
 """The private parts of libraries that compat.py touches are still where it expects them."""
-
+{% if cookiecutter.logger != "tensorboard" %}
 import csv
+{%- endif %}
 import inspect
+{%- if cookiecutter.logger != "tensorboard" %}
 import warnings
+{%- endif %}
 from datetime import timedelta
 from pathlib import Path
 from typing import Optional
@@ -18,7 +21,9 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.strategies import ddp as ddp_module
 
 from {{ cookiecutter.package_name }}.compat import (
+{%- if cookiecutter.logger != "tensorboard" %}
     AppendingCSVLogger,
+{%- endif %}
     PacingHook,
     destroy_process_group,
     set_collective_timeout,
@@ -47,7 +52,7 @@ def test_a_single_device_has_no_collective_timeout() -> None:
     assert not set_collective_timeout(SingleDeviceStrategy(torch.device("cpu")), 12.5)
 
 
-def test_the_csv_logger_adds_to_the_metrics_of_a_run_folder(tmp_path: Path) -> None:
+{% if cookiecutter.logger != "tensorboard" %}def test_the_csv_logger_adds_to_the_metrics_of_a_run_folder(tmp_path: Path) -> None:
     """A resume or an evaluation logs into a run folder that has a metrics.csv already."""
     first = AppendingCSVLogger(tmp_path, name="default", version=0)
     first.log_metrics({"train/loss": 1.5}, step=0)
@@ -63,7 +68,7 @@ def test_the_csv_logger_adds_to_the_metrics_of_a_run_folder(tmp_path: Path) -> N
     assert rows == [("0", "1.5", ""), ("1", "1.25", ""), ("2", "", "0.5")]
 
 
-def test_short_flags_take_the_trainer_arguments_types() -> None:
+{% endif %}def test_short_flags_take_the_trainer_arguments_types() -> None:
     parser = LightningArgumentParser()
     parser.add_lightning_class_args(Trainer, "trainer")
     assert trainer_flag_type(parser, "max_epochs") == Optional[int]  # noqa: UP045

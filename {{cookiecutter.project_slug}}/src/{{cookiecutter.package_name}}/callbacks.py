@@ -84,9 +84,8 @@ class PacedProgressBar(PacingHook):
     the end of an epoch or stage: the pace tqdm keeps for its own bars (0: every step).
 
     For output that goes to a file, such as a cluster job's log: Lightning's bar redraws
-    twice per step, past tqdm's own pacing, and each redraw is appended to the file. The
-    default digits run writes 310 KB of bar that way, 90 KB paced. Add it with
-    `--trainer.callbacks+=<package>.callbacks.PacedProgressBar`.
+    twice per step, past tqdm's own pacing, and each redraw is appended to the file. Choose
+    it with `--progress_bar <package>.callbacks.PacedProgressBar`.
     """
 
     # NonNegativeFloat: the command line refuses a negative interval while parsing.

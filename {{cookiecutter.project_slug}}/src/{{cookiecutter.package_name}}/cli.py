@@ -205,9 +205,8 @@ def checkpoint_name(monitor: str) -> str:
 def wants_default_progress_bar(trainer: object) -> bool:
     """The TQDM bar joins the run unless the bar is off or the config names a bar of its own.
 
-    Lightning's own default is its Rich bar whenever rich is installed (the template-update
-    tools in the dev extra bring it in), and in a terminal that bar slows the small default
-    run noticeably; TQDM does not.
+    Lightning's own default is its Rich bar whenever rich is installed (the dev extra brings
+    it in), and in a terminal that bar slows the small default run noticeably; TQDM does not.
     """
     if getattr(trainer, "enable_progress_bar", None) is False:
         return False

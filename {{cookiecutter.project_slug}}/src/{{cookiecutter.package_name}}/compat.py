@@ -1,15 +1,18 @@
 """The one place that touches private parts of libraries; tests/test_compat.py checks them."""
-
+{% if cookiecutter.logger != "tensorboard" %}
 import csv
+{%- endif %}
 from datetime import timedelta
 from typing import Any
 
 import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.cli import LightningArgumentParser
+{%- if cookiecutter.logger != "tensorboard" %}
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
+{%- endif %}
 from lightning.pytorch.strategies import Strategy
 
 
@@ -26,7 +29,7 @@ def set_collective_timeout(strategy: Strategy, seconds: float) -> bool:
     return True
 
 
-class AppendingWriter(ExperimentWriter):
+{% if cookiecutter.logger != "tensorboard" %}class AppendingWriter(ExperimentWriter):
     """Lightning's metrics.csv writer, keeping the rows and columns of an existing file.
 
     Lightning's own writer warns and deletes the file when it opens a folder that has one.
@@ -50,7 +53,7 @@ class AppendingCSVLogger(CSVLogger):
         return self._experiment
 
 
-def trainer_flag_type(parser: LightningArgumentParser, flag: str) -> Any:
+{% endif %}def trainer_flag_type(parser: LightningArgumentParser, flag: str) -> Any:
     """The type the parser gives --trainer.<flag>, for a short flag that takes the same values.
 
     jsonargparse keeps an argument's type on the action, in a private attribute.

@@ -48,9 +48,9 @@ class ImageClassifier(L.LightningModule):
     in place, so checkpoints stay interchangeable with uncompiled runs.
     `channels_last` stores the backbone's image-shaped (4-D) weights channels-last
     (NHWC); a convolution then keeps its feature maps in that layout too, which
-    oneDNN on CPUs and tensor cores on GPUs run faster (benchmarks/ in the template
-    has the figures). Checkpoints are the same either way. Turn it
-    off for a backbone that calls `.view` on feature maps (`.reshape` works).
+    oneDNN on CPUs and tensor cores on GPUs run faster. Checkpoints are the same
+    either way. Turn it off for a backbone that calls `.view` on feature maps
+    (`.reshape` works).
     `grad_norm_every_n_steps` logs the gradient norm of every parameter and their
     total every that many optimizer steps (0: never; each one syncs with the device).
     """

@@ -30,9 +30,9 @@ class TrainingCurves(L.Callback):
     """Draws loss, accuracy and learning-rate curves from the metrics the run logged.
 
     Redrawn after a validation once `every_n_seconds` have passed since the last drawing
-    (0: after every validation), and at the end of fit. A drawing takes about a quarter of
-    a second on a CPU, so the default keeps it under 0.5% of a long run while a run of a
-    few seconds draws once. The history is kept in checkpoints, so a resumed run draws the
+    (0: after every validation), and at the end of fit. Drawing with matplotlib is slow
+    next to a training step, so the interval keeps it a small share of a long run, while a
+    short run draws once. The history is kept in checkpoints, so a resumed run draws the
     whole run.
     """
 
