@@ -161,8 +161,12 @@ def plain_side(
     dm = data.DataModule(**data_kwargs)
     dm.prepare_data()
     dm.setup("fit")
-    # The network exactly as the project's model builds it (ConvNet, stored channels-last).
-    model = model_module.ImageClassifier(dm.num_classes, dm.input_shape)
+    # The network and loss exactly as train.py builds them (ConvNet stored channels-last; the
+    # CLI's default loss, label smoothing included).
+    cli = importlib.import_module(f"{package}.cli")
+    module, _, name = cli.DEFAULT_LOSS["class_path"].rpartition(".")
+    loss = partial(getattr(importlib.import_module(module), name), **cli.DEFAULT_LOSS["init_args"])
+    model = model_module.ImageClassifier(dm.num_classes, dm.input_shape, loss=loss)
     network = model.backbone.to(device)
     if classic:
         train_set, val_set = classic_sets(package, dm)

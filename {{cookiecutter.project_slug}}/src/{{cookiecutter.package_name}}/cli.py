@@ -51,6 +51,8 @@ CHECKPOINT_EVERY_N_STEPS = 100
 # 30 minutes, so a run whose processes fell out of step would seem to hang.
 COLLECTIVE_TIMEOUT = 600.0
 SHORT_FLAGS = ("accelerator", "devices", "num_nodes", "precision", "strategy", "max_epochs")
+# train.py's loss; smoothing keeps the model from growing its logits without bound.
+DEFAULT_LOSS = {"class_path": "torch.nn.CrossEntropyLoss", "init_args": {"label_smoothing": 0.1}}
 DEFAULT_MAX_EPOCHS = {{ {"digits": 30, "mnist": 10, "fashion_mnist": 20, "cifar10": 40, "image_folder": 30}[cookiecutter.dataset] }}
 
 
@@ -139,11 +141,7 @@ class TrainCLI(LightningCLI):
         parser.set_defaults(
             {
                 **{key: as_config(*callback) for key, callback in CALLBACKS.items()},
-                # Smoothing keeps the model from growing its logits without bound.
-                "model.loss": {
-                    "class_path": "torch.nn.CrossEntropyLoss",
-                    "init_args": {"label_smoothing": 0.1},
-                },
+                "model.loss": DEFAULT_LOSS,
                 "trainer.max_epochs": DEFAULT_MAX_EPOCHS,
                 "trainer.log_every_n_steps": 10,
                 "trainer.logger": LOGGER,
