@@ -170,6 +170,8 @@ def new_module() -> Iterator[Callable[[str, str], str]]:
     written = []
 
     def write(name: str, source: str) -> str:
+        # A prefix of its own: a fork may have written the README's examples (focal.py, ...).
+        name = f"fork_test_{name}"
         path = PACKAGE / f"{name}.py"
         assert not path.exists(), f"{path} exists: the test would overwrite it"
         path.write_text(source)

@@ -1,6 +1,7 @@
 """train.py end to end: the run folder, checkpoints, resume, config round trip and errors."""
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from {{ cookiecutter.package_name }}.model import ImageClassifier
 
 PROJECT = Path(__file__).resolve().parents[1]
 CONFIGS = PROJECT / "configs"
+DATA_CLASS = "{{ cookiecutter.package_name }}.data.DataModule"
 RUN = Path("runs/default/version_0")
 SECOND = Path("runs/default/version_1")
 
@@ -145,6 +147,16 @@ def test_the_loss_is_one_key(train: Callable) -> None:
     assert isinstance(model.loss, torch.nn.MultiMarginLoss)
 
 
+def test_the_headline_metric_is_one_key(train: Callable, capsys: pytest.CaptureFixture) -> None:
+    train("--monitor", "val/f1")
+    (best,) = (RUN / "checkpoints").glob("epoch*.ckpt")
+    assert re.fullmatch(r"epoch\d{3}-val_f1=\d\.\d{4}\.ckpt", best.name), best.name
+    callback = torch.load(best, weights_only=True)["callbacks"]
+    states = [state for key, state in callback.items() if key.startswith("ModelCheckpoint")]
+    assert {state["monitor"] for state in states} >= {"val/f1"}
+    assert "(val/f1 " in capsys.readouterr().out  # the summary's best checkpoint line
+
+
 def test_same_seed_gives_identical_metrics_when_deterministic(train: Callable) -> None:
     first = train("--trainer.deterministic", "true", "--seed_everything", "7")
     second = train("--trainer.deterministic", "true", "--seed_everything", "7")
@@ -198,6 +210,48 @@ def test_misspelled_key_fails_before_training(train: Callable, tmp_path: Path) -
     with pytest.raises(SystemExit) as exit_info:
         train("--config", str(config))
     assert "max_epoch" in str(exit_info.value.code)
+    with pytest.raises(SystemExit) as exit_info:
+        train("--trainer.max_epoch", "3")  # not taken for --trainer.max_epochs
+    assert "max_epoch" in str(exit_info.value.code)
+    assert not Path("runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--model.loss.gama", "2"],
+            "model.loss.gama is not an argument of torch.nn.CrossEntropyLoss; accepted: "
+            "weight, size_average, ignore_index, reduce, reduction, label_smoothing",
+        ),
+        (
+            ["--model.optimizer.lrr", "3"],
+            "model.optimizer.lrr is not an argument of torch.optim.AdamW; accepted: lr, ",
+        ),
+        (
+            ["--data.batch_sise", "3"],
+            f"data.batch_sise is not an argument of {DATA_CLASS}; accepted: ",
+        ),
+        (
+            ["--early_stopping.patiense", "5"],
+            "early_stopping.patiense is not an argument of "
+            "lightning.pytorch.callbacks.EarlyStopping; accepted: min_delta, patience, ",
+        ),
+        (
+            ["--model.loss", "torch.nn.FocalLoss"],
+            "model.loss torch.nn.FocalLoss cannot be imported: module 'torch.nn' has no "
+            "attribute 'FocalLoss'",
+        ),
+    ],
+    ids=["loss argument", "optimizer argument", "data argument", "callback argument", "class"],
+)
+def test_a_wrong_key_of_a_class_names_what_is_accepted(
+    train: Callable, args: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        train(*args)
+    assert str(exit_info.value.code).startswith(f"error: {message}")
+    assert "\n" not in str(exit_info.value.code)
     assert not Path("runs").exists()
 
 

@@ -275,7 +275,7 @@ def test_training_commands_as_the_readme_shows_them(workspace: Path, output: str
     assert stoppers == ["EarlyStopping{'monitor': 'val/f1', 'mode': 'max'}"]
     f1 = [value for _, value in scalars(run_folder, "val/f1")]
     assert float(best["best_model_score"]) == pytest.approx(max(f1))
-    assert re.search(r"Best checkpoint: +\S+val_f1[0-9.]+\.ckpt +\(val/f1 ", by_f1.output)
+    assert re.search(r"Best checkpoint: +\S+-val_f1=[0-9.]+\.ckpt +\(val/f1 ", by_f1.output)
     # In README order, the newest run before a resume uses other config files.
     run(as_typed(shown(f"{train} --config configs/model/sgd_step.yaml")), workspace, output)
     before, newest = run_folders(workspace), newest_run(workspace)

@@ -5,6 +5,7 @@ Only the parser's configuration lives here; the recipe that runs it is train.py.
 
 import contextlib
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -196,8 +197,8 @@ def mode_of(monitor: str) -> str:
 
 
 def checkpoint_name(monitor: str) -> str:
-    """The best checkpoints' name: epoch and metric value, as in epoch007-val_loss0.1234."""
-    return "epoch{epoch:03d}-" + monitor.replace("/", "_") + "{" + monitor + ":.4f}"
+    """The best checkpoints' name: epoch and metric value, as in epoch007-val_loss=0.1234."""
+    return "epoch{epoch:03d}-" + monitor.replace("/", "_") + "={" + monitor + ":.4f}"
 
 
 def wants_default_progress_bar(trainer: object) -> bool:
@@ -224,13 +225,44 @@ class OneLineErrors(LightningArgumentParser):
         if not self.exit_on_error:  # jsonargparse is trying alternatives; let it go on
             super().error(message, ex)
         message = " ".join(message.split())
-        if found := IN_A_CLASS.search(message):  # a key of a class chosen by class_path
+        if found := IN_A_CLASS.search(message):  # a bad value for an argument of a class
             message = f"{found['key']}.{found['arg']} ({found['cls']}): {found['why']}"
+        elif found := UNKNOWN_ARGUMENT.search(message):  # a misspelled argument of a class
+            cls = found["cls"] or found["given"]
+            accepted = ", ".join(arguments_of(cls))
+            message = f"{found['key']}.{found['arg']} is not an argument of {cls}"
+            message += f"; accepted: {accepted}" if accepted else ""
+        elif found := NOT_IMPORTABLE.search(message):  # a class path that does not import
+            message = f"{found['key']} {found['path']} cannot be imported: {found['why']}"
         sys.exit(f"error: {message} (python train.py --help lists the options)")
 
 
-# jsonargparse's report of a bad value for an argument of a class chosen by class_path (the
-# data module, a callback): the one error that matters, among the alternatives it tried.
+def arguments_of(class_path: str) -> list[str]:
+    """The arguments a config can give a class: those with a default (the others, such as an
+    optimizer's parameters or a backbone's channels, come from the model)."""
+    module, _, name = class_path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        parameters = inspect.signature(cls).parameters.values()
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return []
+    return [p.name for p in parameters if p.default is not inspect.Parameter.empty]
+
+
+# jsonargparse's reports of a class chosen by class_path (the model's loss, optimizer and
+# backbone, the data module, a callback): the one error that matters, among the alternatives
+# it tried. An argument the class does not have:
+UNKNOWN_ARGUMENT = re.compile(
+    r'Parser key "(?P<key>[\w.]+)": .*?(?:Problem with given class_path \'(?P<cls>[^\']+)\': )?'
+    r"Option '(?P<arg>\w+)' is not accepted"
+    r"(?:\. Got value: Namespace\(class_path='(?P<given>[^']+)')?"
+)
+# A class path that does not import:
+NOT_IMPORTABLE = re.compile(
+    r'Parser key "(?P<key>[\w.]+)": - Expected a path but (?P<path>\S+) either not accessible '
+    r"or invalid .*?(?P<why>(?:module|No module) [^.]*?'[^']*'(?: has no attribute '[^']*')?)"
+)
+# A bad value for an argument of a class:
 IN_A_CLASS = re.compile(
     r'Parser key "(?P<key>[\w.]+)": Does not validate against any of the Union subtypes .*?'
     r"Problem with given class_path '(?P<cls>[^']+)': Parser key \"(?P<arg>[\w.]+)\": "
@@ -283,6 +315,8 @@ def build_cli(
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
             parser_class=OneLineErrors,
+            # A prefix of a flag is not taken for the flag (--trainer.max_epoch is a typo).
+            parser_kwargs={"allow_abbrev": False, **options.pop("parser_kwargs", {})},
             trainer_defaults={"callbacks": list(callbacks)},
             auto_configure_optimizers=False,
         )
