@@ -211,8 +211,7 @@ def wants_default_progress_bar(trainer: object) -> bool:
         return False
     callbacks = getattr(trainer, "callbacks", None) or []
     for callback in callbacks if isinstance(callbacks, list) else [callbacks]:
-        module, _, name = str(getattr(callback, "class_path", "")).rpartition(".")
-        found = getattr(importlib.import_module(module), name, None) if module else None
+        found = class_at(str(getattr(callback, "class_path", "")))
         if isinstance(found, type) and issubclass(found, ProgressBar):
             return False
     return True
@@ -240,13 +239,20 @@ class OneLineErrors(LightningArgumentParser):
 def arguments_of(class_path: str) -> list[str]:
     """The arguments a config can give a class: those with a default (the others, such as an
     optimizer's parameters or a backbone's channels, come from the model)."""
-    module, _, name = class_path.rpartition(".")
     try:
-        cls = getattr(importlib.import_module(module), name)
-        parameters = inspect.signature(cls).parameters.values()
-    except (ImportError, AttributeError, TypeError, ValueError):
+        parameters = inspect.signature(class_at(class_path)).parameters.values()
+    except (TypeError, ValueError):  # not importable (None), or no signature
         return []
     return [p.name for p in parameters if p.default is not inspect.Parameter.empty]
+
+
+def class_at(class_path: str) -> object | None:
+    """What a dotted class path names, or None if it does not import."""
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name, None) if module else None
+    except ImportError:
+        return None
 
 
 # jsonargparse's reports of a class chosen by class_path (the model's loss, optimizer and
