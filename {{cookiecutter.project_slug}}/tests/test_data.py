@@ -93,6 +93,18 @@ def test_loaders_pin_memory_only_on_gpu_and_keep_workers(
     assert loader.num_workers == 1
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork server on Linux only")
+def test_workers_start_from_a_fork_server(make_datamodule: Callable[..., DataModule]) -> None:
+    """Forked from the training process, which runs other threads, a worker can hang at start."""
+    dm = make_datamodule(num_workers=1)
+    dm.prepare_data()
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    assert loader.multiprocessing_context.get_start_method() == "forkserver"
+    images, labels = next(iter(loader))
+    assert len(images) == len(labels) > 0
+
+
 def test_default_workers_are_a_share_of_the_cpus(
     make_datamodule: Callable[..., DataModule],
 ) -> None:
@@ -144,12 +156,13 @@ def test_a_process_ends_with_loader_workers_still_running(
         "import fake_data\n"
         "getattr(fake_data, 'trust_local_files', lambda: None)()  # the tiny CIFAR-10 files\n"
         "from {{ cookiecutter.package_name }}.cli import build_cli\n"
-        "cli = build_cli(sys.argv[1:])\n"
-        "cli.datamodule.setup('fit')\n"
-        "loader = cli.datamodule.train_dataloader()\n"
-        "batches = iter(loader)\n"
-        "next(batches)\n"
-        "print('one batch', flush=True)\n"
+        "if __name__ == '__main__':  # loader workers start from a server that imports this\n"
+        "    cli = build_cli(sys.argv[1:])\n"
+        "    cli.datamodule.setup('fit')\n"
+        "    loader = cli.datamodule.train_dataloader()\n"
+        "    batches = iter(loader)\n"
+        "    next(batches)\n"
+        "    print('one batch', flush=True)\n"
     )
     ended = subprocess.run(
         [sys.executable, str(script), *data_args, "--data.num_workers", "1"],

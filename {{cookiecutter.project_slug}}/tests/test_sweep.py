@@ -135,6 +135,38 @@ def test_a_stopped_sweep_continues_where_it_stopped(
     assert again[2].params == first[1].params  # the interrupted trial ran again first
 
 
+# The lost KeyboardInterrupt, which Python prints as ignored.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_signal_lost_in_a_finalizer_still_stops_the_sweep(
+    run_sweep: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        sweep, "main", lambda args, callbacks: main(args, [*callbacks, SignalWhenSetUp(1)])
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        run_sweep(SPACE, "--n_trials", "3")
+    assert "Trial 1 is recorded as failed" in str(exit_info.value)
+    assert [t.state for t in trials()] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING]
+
+
+class SignalWhenSetUp(L.Callback):
+    """SIGTERM while a finalizer runs, as one trial sets up (before Lightning's own SIGTERM
+    handler): the sweep's handler raises KeyboardInterrupt there, which Python only prints."""
+
+    def __init__(self, trial: int) -> None:
+        self.folder = f"trial_{trial:03d}"
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit" and self.folder in trainer.log_dir:
+            SignalInFinalizer()  # collected at once
+
+
+class SignalInFinalizer:
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)  # the handler runs here
+
+
 def test_a_continued_study_tries_new_values(run_sweep: Callable) -> None:
     """A seeded sampler restarted with its own seed would draw the first trials' values again."""
     run_sweep(SPACE, "--n_trials", "2")

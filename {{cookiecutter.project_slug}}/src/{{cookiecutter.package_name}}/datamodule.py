@@ -5,11 +5,15 @@ Datasets that fit in memory use `InMemoryDataModule`: decoded once into uint8 te
 cut into batches by indexing, augmented and normalised as whole batches on the device.
 """
 
+import functools
+import multiprocessing
 import os
 import signal
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
+from multiprocessing.context import BaseContext
 from typing import Any
 
 import lightning as L
@@ -171,8 +175,24 @@ class ImageDataModule(L.LightningDataModule):
             persistent_workers=self.num_workers > 0,
             generator=torch.Generator().manual_seed(self.seed + 1),
             collate_fn=self.collate_fn,
-            worker_init_fn=start_worker,
+            multiprocessing_context=self.worker_server() if self.num_workers > 0 else None,
+            worker_init_fn=functools.partial(start_worker, main_process=os.getpid()),
         )
+
+    def worker_server(self) -> BaseContext | None:
+        """Where loader workers start: a fork server on Linux, the platform's default elsewhere.
+
+        Forking a worker straight from a process that runs other threads (progress bars, queue
+        feeders, torch.distributed's) can leave the worker stuck inside fork on Python before
+        3.11.10 (CPython gh-112275), and a run with several devices then waits for it forever.
+        The fork server has no threads: it imports the data code once and forks every worker
+        from there.
+        """
+        if not sys.platform.startswith("linux"):
+            return None
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["__main__", __name__, type(self).__module__])
+        return context
 
 
 class TensorImages(Dataset):
@@ -240,7 +260,7 @@ def default_num_workers() -> int:
     return max(1, min(8, (cpus or 2) // 2))
 
 
-def start_worker(worker_id: int) -> None:
+def start_worker(worker_id: int, main_process: int) -> None:
     """Set up a loader worker: SIGTERM ends it only when its main process sends it.
 
     A SIGTERM to every process of the job (`kill -- -PGID`, `timeout`, a scheduler's time
@@ -250,7 +270,6 @@ def start_worker(worker_id: int) -> None:
     process died exits within seconds (the loader's own watchdog).
     """
     if hasattr(signal, "sigwaitinfo"):  # Linux; elsewhere the default stays
-        main_process = os.getppid()
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         threading.Thread(target=wait_for_sigterm, args=(main_process,), daemon=True).start()
     if int(os.environ.get("PL_SEED_WORKERS", 0)):

@@ -171,7 +171,9 @@ def run_trial(trial: Trial, sweep: Sweep) -> PyTorchLightningPruningCallback:
     pruning = PyTorchLightningPruningCallback(trial, monitor=sweep.metric)
     with trial_environment(trial):
         try:
+            stopped_meanwhile()
             main(args, callbacks=[pruning])
+            stopped_meanwhile()
         except SystemExit as stop:
             # Optuna records exceptions only: a stop goes on as one, any other exit fails.
             if stopped_by_user(stop) or STOP.is_set():
@@ -182,6 +184,16 @@ def run_trial(trial: Trial, sweep: Sweep) -> PyTorchLightningPruningCallback:
                 raise KeyboardInterrupt from error
             raise
     return pruning
+
+
+def stopped_meanwhile() -> None:
+    """A signal whose KeyboardInterrupt was lost still stops the sweep, this trial queued again.
+
+    Python runs a signal handler wherever the main thread is, also in a finalizer (a loader
+    shutting down its workers, say), which prints the exception and goes on.
+    """
+    if STOP.is_set():
+        raise KeyboardInterrupt
 
 
 def stopped_by_user(stop: SystemExit) -> bool:
