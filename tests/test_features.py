@@ -106,12 +106,14 @@ def test_readme_and_extras_follow_the_features(rendered: Render) -> None:
     project = pyproject(rendered)
     chosen = [feature for feature in EXTRAS if on(rendered, feature)]
     extras = project["optional-dependencies"]
-    assert set(extras) == {"dev", *chosen}
+    # timm is an extra in every render: a backbone by choice at run time, not a feature.
+    assert set(extras) == {"dev", "timm", *chosen}
+    assert {Requirement(line).name for line in extras["timm"]} == {"timm"}
     for feature in chosen:
         assert {Requirement(line).name for line in extras[feature]} == EXTRAS[feature]
-    # dev installs what the tests import: the extras of the features they test.
+    # dev installs what the tests import: timm's extra and those of the features they test.
     itself = [req for req in map(Requirement, extras["dev"]) if req.name == project["name"]]
-    assert [req.extras for req in itself] == ([set(chosen)] if chosen else [])
+    assert [req.extras for req in itself] == [{"timm", *chosen}]
 
 
 def test_dependencies_are_lightning_without_its_extras(rendered: Render) -> None:

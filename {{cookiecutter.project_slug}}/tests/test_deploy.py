@@ -1,6 +1,7 @@
 """Deployment: evaluate, export with parity checks, predict, serve, and safe loading."""
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -254,9 +255,15 @@ def free_port() -> int:
 
 @pytest.fixture
 def server(train: Callable, tmp_path: Path) -> Iterator[str]:
-    """serve.py on an ONNX export, in its own process group on a free loopback port."""
     train(*ONE_EPOCH)
     (artifact,) = export(["--ckpt_path", "best", "--format", "onnx"])
+    with serving(artifact, tmp_path) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serving(artifact: Path, tmp_path: Path) -> Iterator[str]:
+    """serve.py on an ONNX export, in its own process group on a free loopback port."""
     url = f"http://127.0.0.1:{free_port()}"
     command = [sys.executable, str(PROJECT / "serve.py"), "--model", str(artifact),
                "--port", url.rsplit(":", 1)[1], "--max_megabytes", "0.1"]  # fmt: skip
@@ -279,6 +286,26 @@ def server(train: Callable, tmp_path: Path) -> Iterator[str]:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         log.close()
+
+
+@pytest.mark.slow
+def test_a_timm_backbone_trains_exports_with_parity_predicts_and_serves(
+    train: Callable, tmp_path: Path
+) -> None:
+    pytest.importorskip("timm")  # the timm extra, which dev includes
+    timm_flags = ["--model.backbone", "{{ cookiecutter.package_name }}.backbones.TimmBackbone"]
+    train(*ONE_EPOCH, *timm_flags, "--model.backbone.model_name", "resnet10t")
+    (artifact,) = export(["--ckpt_path", "best", "--format", "onnx"])
+    parity = json.loads(metadata_path(artifact).read_text())["parity"]
+    assert parity["max_abs_diff"] <= parity["tolerance"]
+    files = write_images(tmp_path / "images")
+    assert predict(["--model", str(artifact), str(files[0]), "--output", "timm.json"]) == 0
+    (predicted,) = json.loads(Path("timm.json").read_text())
+    with serving(artifact, tmp_path) as url:
+        status, answer = post(url, image_request(files[0]))
+    assert status == 200
+    assert answer["class"] == predicted["class"]
+    assert answer["probability"] == pytest.approx(predicted["probability"], abs=1e-4)
 
 
 def healthy(url: str) -> bool:

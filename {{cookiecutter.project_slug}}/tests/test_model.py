@@ -3,13 +3,14 @@
 from collections.abc import Callable
 from functools import partial
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 import torch
 from lightning import Trainer
 from torch import nn
 
-from {{ cookiecutter.package_name }}.backbones import ConvNet, TorchvisionBackbone
+from {{ cookiecutter.package_name }}.backbones import ConvNet, TimmBackbone, TorchvisionBackbone
 from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.model import ImageClassifier, warmup_cosine
 
@@ -41,6 +42,22 @@ def test_torchvision_backbones_fit_any_channels_and_classes(
     backbone = TorchvisionBackbone(channels, 7, name=name)
     backbone.eval()
     assert backbone(torch.randn(2, channels, 32, 32)).shape == (2, 7)
+
+
+def test_a_timm_backbone_reads_offline_weights_and_fits_the_data(
+    datamodule: DataModule, tmp_path: Path
+) -> None:
+    timm = pytest.importorskip("timm")  # the timm extra, which dev includes
+    pretrained = timm.create_model("resnet10t")  # 3 channels, ImageNet's 1000 classes
+    torch.save(pretrained.state_dict(), tmp_path / "resnet10t.pth")
+    channels, classes = datamodule.input_shape[0], datamodule.num_classes
+    path = str(tmp_path / "resnet10t.pth")
+    backbone = TimmBackbone(channels, classes, "resnet10t", checkpoint_path=path)
+    inner = "layer1.0.conv1.weight"  # read from the file; the classifier starts new
+    assert torch.equal(backbone.net.get_parameter(inner), pretrained.get_parameter(inner))
+    assert backbone(torch.randn(2, *datamodule.input_shape)).shape == (2, classes)
+    with pytest.raises(ValueError, match="'no_such_net' is not a timm model"):
+        TimmBackbone(3, 2, "no_such_net")
 
 
 def test_unknown_torchvision_backbone_is_refused_with_the_choices() -> None:
@@ -102,6 +119,37 @@ def test_warmup_then_cosine_decay() -> None:
     assert lrs[-1] < 0.01
 
 
+# training_step called outside a Trainer: its self.log calls warn and do nothing.
+@pytest.mark.filterwarnings("ignore:You are trying to .self.log")
+def test_a_penalty_that_a_module_carries_joins_the_gradient(datamodule: DataModule) -> None:
+    torch.manual_seed(0)
+    penalised = model_for(datamodule, backbone=partial(ConvNet, dropout=0.0, head_penalty=0.5))
+    plain = model_for(datamodule, backbone=partial(ConvNet, dropout=0.0))
+    plain.load_state_dict(penalised.state_dict())
+    x = torch.randn(8, *datamodule.input_shape)
+    y = torch.randint(datamodule.num_classes, (8,))
+    for model in (penalised, plain):
+        model.training_step((x, y), 0).backward()
+    head = "backbone.head.1.weight"
+    weight, grad = penalised.get_parameter(head), penalised.get_parameter(head).grad
+    # d/dw of 0.5 * sum(w ** 2) is w: the penalty's share of the gradient, nothing else.
+    assert torch.allclose(grad - plain.get_parameter(head).grad, weight, atol=1e-6)
+    conv = "backbone.features.0.0.weight"
+    assert torch.allclose(penalised.get_parameter(conv).grad, plain.get_parameter(conv).grad)
+    assert set(plain.regularization()) == set()  # a penalty of 0 adds no term
+
+
+def test_a_penalty_that_a_module_carries_is_logged(datamodule: DataModule) -> None:
+    model = model_for(datamodule, backbone=partial(ConvNet, head_penalty=0.5))
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=2)
+    trainer.fit(model, datamodule=datamodule)
+    logged = trainer.callback_metrics
+    assert float(logged["train/regularization/head.1_step"]) > 0
+    assert float(logged["train/regularization_epoch"]) == pytest.approx(
+        float(logged["train/regularization/head.1_epoch"])
+    )
+
+
 def test_overfitting_one_batch_drives_the_loss_near_zero(datamodule: DataModule) -> None:
     torch.manual_seed(0)
     model = model_for(
@@ -110,15 +158,19 @@ def test_overfitting_one_batch_drives_the_loss_near_zero(datamodule: DataModule)
         scheduler=partial(torch.optim.lr_scheduler.ConstantLR, factor=1.0),
         loss=torch.nn.CrossEntropyLoss,  # no smoothing: it keeps a perfect fit's loss near 0.5
     )
-    trainer = Trainer(
+    trainer = quiet_trainer(overfit_batches=1, max_epochs=100)
+    trainer.fit(model, datamodule=datamodule)
+    assert trainer.callback_metrics["train/loss_epoch"] < 0.05
+
+
+def quiet_trainer(**options: object) -> Trainer:
+    """A CPU Trainer that trains only: no validation, logger, checkpoints, bar or summary."""
+    return Trainer(
         accelerator="cpu",
-        overfit_batches=1,
-        max_epochs=100,
         limit_val_batches=0,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        **options,
     )
-    trainer.fit(model, datamodule=datamodule)
-    assert trainer.callback_metrics["train/loss_epoch"] < 0.05

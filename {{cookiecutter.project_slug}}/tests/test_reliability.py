@@ -47,12 +47,23 @@ def saved_step(run_folder: Path) -> int:
     return torch.load(run_folder / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
 
 
-def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(
-    train: Callable, command: Callable, tmp_path: Path
-) -> None:
-    uninterrupted = train(*EXACT)
+# With an average of the weights (configs/model/ema.yaml), and killed while the backbone is
+# frozen, with two learning rates (configs/model/finetune.yaml): each goes on exactly.
+EMA = ["--ema", "lightning.pytorch.callbacks.EMAWeightAveraging", "--ema.decay", "0.9"]
+FINETUNE = [
+    "--model.backbone_lr_factor", "0.1",
+    "--freeze_backbone", "{{ cookiecutter.package_name }}.callbacks.FreezeBackbone",
+    "--freeze_backbone.epochs", "2",
+]  # fmt: skip
 
-    killed = run(command(*EXACT, *with_callback("SignalAtStep", step=7)), cwd=tmp_path)
+
+@pytest.mark.parametrize("extra", [[], EMA, FINETUNE], ids=["default", "ema", "finetune"])
+def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(
+    train: Callable, command: Callable, tmp_path: Path, extra: list[str]
+) -> None:
+    uninterrupted = train(*EXACT, *extra)
+
+    killed = run(command(*EXACT, *extra, *with_callback("SignalAtStep", step=7)), cwd=tmp_path)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert saved_step(RUN / "version_1") == 6  # killed at step 7: one step lost, at most 3
 
@@ -62,8 +73,14 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(
     reference = torch.load(RUN / "version_0/checkpoints/last.ckpt", weights_only=True)
     final = torch.load(RUN / "version_1/checkpoints/last.ckpt", weights_only=True)
     assert final["global_step"] == reference["global_step"] == 15
-    for name, tensor in reference["state_dict"].items():
-        assert torch.equal(final["state_dict"][name], tensor), name
+    weights = ["state_dict", "current_model_state"] if extra == EMA else ["state_dict"]
+    for key in weights:  # with EMA, state_dict is the average
+        for name, tensor in reference[key].items():
+            assert torch.equal(final[key][name], tensor), (key, name)
+    rates = [
+        [g["lr"] for g in c["optimizer_states"][0]["param_groups"]] for c in (reference, final)
+    ]
+    assert rates[0] == rates[1]  # the learning rate of each parameter group
 
 
 @pytest.mark.slow
@@ -257,10 +274,17 @@ def test_unsafe_damaged_or_foreign_checkpoints_are_refused(
     torch.save({**content, "state_dict": state}, foreign)
     weights = tmp_path / "weights.pt"
     torch.save(content["state_dict"], weights)
+    optimizer = content["optimizer_states"][0]  # as before the classifier had its own group
+    first, second = optimizer["param_groups"]
+    optimizer["param_groups"] = [{**first, "params": first["params"] + second["params"]}]
+    one_group = tmp_path / "one_group.ckpt"
+    torch.save(content, one_group)
 
     assert "holds a pickled Python object" in refusal(train, "--ckpt_path", str(pickled))
     assert "truncated.ckpt is truncated" in refusal(train, "--ckpt_path", str(truncated))
     message = refusal(train, "--ckpt_path", str(foreign))
     assert "was trained with other layers (backbone.bias not in the model and" in message
     assert "not a Lightning training checkpoint" in refusal(train, "--ckpt_path", str(weights))
+    message = refusal(train, "--ckpt_path", str(one_group))
+    assert "was trained with 1 optimizer parameter group(s) (now 2)" in message
     assert sorted(p.name for p in RUN.iterdir()) == ["version_0"]  # nothing new was started

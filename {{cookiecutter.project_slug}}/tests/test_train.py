@@ -49,7 +49,8 @@ def test_run_folder_holds_config_checkpoints_logs_and_test_metrics(train: Callab
     saved = json.loads((RUN / "test_metrics.json").read_text())
     assert saved["test/acc"] == pytest.approx(metrics["test/acc"])
     assert Path(saved["checkpoint"]) == best[0]
-    for tag in ("train/loss_step", "val/loss", "val/acc", "val/f1", "test/acc", "lr-AdamW"):
+    tags = ("train/loss_step", "val/loss", "val/acc", "val/f1", "test/acc")
+    for tag in (*tags, "lr-AdamW/classifier", "lr-AdamW/features"):
         assert scalars(RUN, tag), f"{tag} was not logged"
 
 
@@ -140,11 +141,41 @@ def test_saved_config_reproduces_the_run(train: Callable) -> None:
 
 def test_the_loss_is_one_key(train: Callable) -> None:
     """The README's example: a hinge loss instead of cross-entropy, for every step."""
-    train("--model.loss", "torch.nn.MultiMarginLoss")
-    config = yaml.safe_load((RUN / "config.yaml").read_text())
+    default = train()
+    hinge = train("--model.loss", "torch.nn.MultiMarginLoss")
+    assert hinge["test/loss"] != pytest.approx(default["test/loss"], rel=0.05)
+    run = RUN.parent / "version_1"
+    config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["model"]["loss"]["class_path"] == "torch.nn.MultiMarginLoss"
-    model = parse("--config", str(RUN / "config.yaml")).model
+    model = parse("--config", str(run / "config.yaml")).model
     assert isinstance(model.loss, torch.nn.MultiMarginLoss)
+
+
+def test_an_average_of_the_weights_is_what_validation_and_checkpoints_hold(
+    train: Callable,
+) -> None:
+    seen = ValidatedWeights()
+    train("--config", str(CONFIGS / "model" / "ema.yaml"), callbacks=[seen])
+    (best,) = (RUN / "checkpoints").glob("epoch*.ckpt")
+    saved = torch.load(best, weights_only=True)
+    average, current = saved["state_dict"], saved["current_model_state"]
+    name = "backbone.head.1.weight"
+    assert not torch.equal(average[name], current[name])
+    assert any(torch.equal(weights[name], average[name]) for weights in seen.validated)
+    assert not any(torch.equal(weights[name], current[name]) for weights in seen.validated)
+
+
+class ValidatedWeights(Callback):
+    """The weights each validation ran with."""
+
+    def __init__(self) -> None:
+        self.validated: list[dict[str, torch.Tensor]] = []
+
+    def on_validation_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: object, batch_idx: int
+    ) -> None:
+        if batch_idx == 0 and not trainer.sanity_checking:
+            self.validated.append({k: v.clone() for k, v in pl_module.state_dict().items()})
 
 
 def test_the_headline_metric_is_one_key(train: Callable, capsys: pytest.CaptureFixture) -> None:
@@ -306,7 +337,9 @@ def test_every_callback_is_in_the_run_config_and_a_flag_switches_it_off(train: C
     (saved,) = Path("runs").rglob("config.yaml")
     config = yaml.safe_load(saved.read_text())
     on = {key for key in CALLBACKS if config[key] is not None}
-    # The test runs turn the bar off (--trainer.enable_progress_bar false): no bar either.
-    assert on == set(CALLBACKS) - {"epoch_line", "throughput", "progress_bar"}
+    # The test runs turn the bar off (--trainer.enable_progress_bar false): no bar either;
+    # the average of the weights and the frozen backbone are off unless asked for.
+    off = {"epoch_line", "throughput", "progress_bar", "ema", "freeze_backbone"}
+    assert on == set(CALLBACKS) - off
     assert {CALLBACKS[key][0] for key in on} <= seen.classes
     assert not {EpochLine, ThroughputMonitor, TQDMProgressBar} & seen.classes

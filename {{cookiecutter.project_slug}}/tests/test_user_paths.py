@@ -71,6 +71,14 @@ WARNING_OR_TRACEBACK = re.compile(
     re.M,
 )
 
+# torchrun's agent on a node other than the first may log this after a finished run: the first
+# node's agent, which holds the rendezvous store, exited while this one still read from it
+# (pytorch/pytorch#69520, README Troubleshooting). The training and its exit code are fine.
+EXIT_BARRIER_RACE = re.compile(
+    r"[^\n]*Error waiting on exit barrier[^\n]*\n(?:Traceback \(most recent call last\):\n)?"
+    r"(?:[ \t][^\n]*\n)*[\w.]*Error: Failed to recv[^\n]*"
+)
+
 
 def readme_commands() -> list[str]:
     """Every command in the README's bash blocks: continuations joined, comments dropped."""
@@ -199,7 +207,8 @@ def run(command: list[str], cwd: Path, output: str, limit: float = LIMIT, **env:
 
 def assert_no_warnings(finished: Finished) -> None:
     """No warning or traceback in the output, except the warnings on the allow-list."""
-    found = WARNING_OR_TRACEBACK.findall(finished.output.replace("\r", "\n"))
+    output = EXIT_BARRIER_RACE.sub("", finished.output.replace("\r", "\n"))
+    found = WARNING_OR_TRACEBACK.findall(output)
     unexpected = [w for w in found if not any(re.search(a, w) for a in ALLOWED_WARNINGS)]
     assert not unexpected, f"{finished.command} warned:\n" + "\n".join(unexpected)
 
@@ -255,6 +264,11 @@ def test_training_commands_as_the_readme_shows_them(workspace: Path, output: str
     assert state["monitor"] == "val/loss"
     assert float(state["best_model_score"]) == pytest.approx(min(val_losses))
     assert float(state["best_model_score"]) <= val_losses[-1]  # last.ckpt's
+    # Transfer learning: that run's best checkpoint is where the next ones start.
+    start = {"runs/default/version_<N>/checkpoints/<best>.ckpt": tested}
+    for command in (f"{train} --init_from", f"{train} --config configs/model/finetune.yaml"):
+        started = run(as_typed(shown(command), **start), workspace, output)
+        assert f"Started from {tested}: " in started.output
 
     for command in (
         shown(f"{train} --devices 2 --strategy ddp_spawn"),
@@ -265,6 +279,8 @@ def test_training_commands_as_the_readme_shows_them(workspace: Path, output: str
         two_processes(run(as_typed(command), workspace, output), workspace, before)
 
     run(as_typed(shown(f"{train} --precision bf16-mixed")), workspace, output)
+    timm = shown(f"{train} --model.backbone {{ cookiecutter.package_name }}.backbones.TimmBackbone")
+    run(as_typed(timm), workspace, output)
     # The headline metric: checkpoint choice, early stopping and the summary follow one flag.
     by_f1 = run(as_typed(shown(f"{train} --monitor val/f1")), workspace, output)
     run_folder = newest_run(workspace)

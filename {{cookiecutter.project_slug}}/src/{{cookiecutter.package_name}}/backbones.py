@@ -25,6 +25,7 @@ class ConvNet(nn.Module):
         width: int = {{ net[0] }},
         stages: int = {{ net[1] }},
         dropout: float = 0.1,
+        head_penalty: float = 0.0,
     ) -> None:
         super().__init__()
         layers = [conv_block(in_channels, width)]
@@ -36,10 +37,27 @@ class ConvNet(nn.Module):
                 conv_block(2 * channels, 2 * channels),
             ]
         self.features = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(width * 2**stages, num_classes))
+        # An L2 penalty on the head's weight joins the training loss (0: a plain linear head).
+        head = L2Linear(width * 2**stages, num_classes, head_penalty)
+        self.head = nn.Sequential(nn.Dropout(dropout), head)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.features(x))
+
+
+class L2Linear(nn.Linear):
+    """A linear layer that carries an L2 penalty on its weight: `penalty` * sum(weight ** 2).
+
+    Any module of a backbone may define `regularization_loss()`: the model adds it to the
+    training loss and logs it as train/regularization/<module name>.
+    """
+
+    def __init__(self, in_features: int, out_features: int, penalty: float = 0.0) -> None:
+        super().__init__(in_features, out_features)
+        self.penalty = penalty
+
+    def regularization_loss(self) -> Tensor | None:
+        return self.penalty * self.weight.square().sum() if self.penalty else None
 
 
 def conv_block(in_channels: int, out_channels: int) -> nn.Sequential:
@@ -83,9 +101,65 @@ class TorchvisionBackbone(nn.Module):
         return self.net(self.stem(x))
 
 
+class TimmBackbone(nn.Module):
+    """Any timm model by name, e.g. resnet50, convnext_tiny or efficientnet_b0 (the `timm`
+    extra: pip install -e ".[timm]").
+
+    timm builds it for the data's channels and classes. `pretrained` loads the model's
+    pretrained weights, downloaded on first use, or read from `checkpoint_path` (a file, for a
+    machine without internet); timm fits their first layer to the channels, and starts the
+    classifier new for another class count.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        model_name: str = "resnet18",
+        pretrained: bool = False,
+        checkpoint_path: str | None = None,
+    ) -> None:
+        super().__init__()
+        try:
+            import timm  # optional: only this backbone needs it
+        except ImportError:
+            raise ValueError(
+                'TimmBackbone needs timm, which is not installed: pip install -e ".[timm]"'
+            ) from None
+        if not timm.is_model(model_name):
+            raise ValueError(
+                f"model_name {model_name!r} is not a timm model; "
+                "timm.list_models('*resnet*') lists names that match a pattern"
+            )
+        self.net = timm.create_model(
+            model_name,
+            pretrained=pretrained or checkpoint_path is not None,
+            pretrained_cfg_overlay={"file": checkpoint_path} if checkpoint_path else None,
+            in_chans=in_channels,
+            num_classes=num_classes,
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
 def replace_last_linear(net: nn.Module, num_classes: int) -> None:
     """Swap the last nn.Linear of `net` for a fresh one with `num_classes` outputs."""
-    name, last = [(n, m) for n, m in net.named_modules() if isinstance(m, nn.Linear)][-1]
+    name = last_linear(net)
+    last = net.get_submodule(name)
     parent_name, _, attr = name.rpartition(".")
     parent = net.get_submodule(parent_name) if parent_name else net
     setattr(parent, attr, nn.Linear(last.in_features, num_classes))
+
+
+def last_linear(net: nn.Module) -> str:
+    """The name of the last nn.Linear of `net`, the classifier ("" if it has none)."""
+    names = [name for name, module in net.named_modules() if isinstance(module, nn.Linear)]
+    return names[-1] if names else ""
+
+
+def features(network: nn.Module) -> list[nn.Parameter]:
+    """The parameters of a network before its classifier (its last linear layer)."""
+    name = last_linear(network)
+    head = set(network.get_submodule(name).parameters()) if name else set()
+    return [parameter for parameter in network.parameters() if parameter not in head]

@@ -2,12 +2,15 @@
 
 import math
 import time
+from typing import Any
 
 import lightning as L
 from jsonargparse.typing import NonNegativeFloat
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
+from torch.optim import Optimizer
 
+from .backbones import features
 from .compat import PacingHook
 from .errors import ConfigError
 
@@ -77,6 +80,58 @@ class EpochLine(L.Callback):
             bar.print(line)  # printed through the bar, so the bar is not torn
         else:
             rank_zero_info(line)
+
+
+class FreezeBackbone(L.Callback):
+    """Trains the classifier alone for the first `epochs` epochs, then the whole network.
+
+    While frozen, the layers before the classifier (the backbone's last linear layer) get no
+    update: their gradients are dropped after the backward pass, once DDP has synchronised
+    them, and an optimizer skips a parameter without one (no step, no weight decay, no state).
+    Their parameter group's learning rate reads 0 meanwhile, so the LR monitor shows the
+    frozen epochs; the schedule's own value is back before every optimizer step and in every
+    checkpoint. Frozen or not follows from the epoch alone: a resumed run freezes exactly as
+    the original did.
+    """
+
+    def __init__(self, epochs: int = 1) -> None:
+        self.epochs = epochs
+        self.scheduled: dict[int, float] = {}  # group index -> scheduled rate, while it reads 0
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: object, batch_idx: int
+    ) -> None:
+        if trainer.current_epoch < self.epochs and not self.scheduled:
+            for index, group in enumerate(trainer.optimizers[0].param_groups):
+                if group.get("name") == "features":
+                    self.scheduled[index], group["lr"] = group["lr"], 0.0
+
+    def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch < self.epochs:
+            for parameter in features(pl_module.backbone):
+                parameter.grad = None
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Optimizer
+    ) -> None:
+        self.restore(optimizer.param_groups)
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        for index, rate in self.scheduled.items():  # saved mid-step: the schedule's value
+            checkpoint["optimizer_states"][0]["param_groups"][index]["lr"] = rate
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        if trainer.optimizers:
+            self.restore(trainer.optimizers[0].param_groups)
+
+    def restore(self, groups: list[dict[str, Any]]) -> None:
+        for index, rate in self.scheduled.items():
+            groups[index]["lr"] = rate
+        self.scheduled = {}
 
 
 class PacedProgressBar(PacingHook):

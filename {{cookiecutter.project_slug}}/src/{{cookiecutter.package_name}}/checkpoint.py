@@ -7,10 +7,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import safetensors.torch
 import torch
 from lightning.pytorch.cli import instantiate_module
 from torch import Tensor
 
+from .backbones import last_linear
 from .datamodule import ImageDataModule
 from .errors import ConfigError
 from .model import ImageClassifier
@@ -57,6 +59,52 @@ def layer_differences(state: Mapping[str, Tensor], expected: Mapping[str, Tensor
         if key in state and state[key].shape != value.shape
     ]
     return sorted(differ)
+
+
+def start_from(model: ImageClassifier, path: Path) -> str:
+    """Load the backbone weights that `path` holds into `model`; return what was loaded.
+
+    `path`: a checkpoint of any run of this project, or a state_dict of the backbone alone
+    (torch-saved or .safetensors). A classifier trained for another class count stays new;
+    every other difference raises ConfigError naming the layers.
+    """
+    weights = read_weights(path)
+    if isinstance(weights.get("state_dict"), Mapping):  # a run's checkpoint: the whole model
+        weights = {
+            key.removeprefix("backbone."): value
+            for key, value in weights["state_dict"].items()
+            if key.startswith("backbone.")
+        }
+    expected = model.backbone.state_dict()
+    head = last_linear(model.backbone)
+    reshaped = [
+        key
+        for key in (f"{head}.weight", f"{head}.bias")
+        if key in weights and key in expected and weights[key].shape != expected[key].shape
+    ]
+    if differ := [d for d in layer_differences(weights, expected) if d.split()[0] not in reshaped]:
+        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+        raise ConfigError(
+            f"--init_from {path} does not fit the backbone: {'; '.join(differ[:3])}{more}"
+        )
+    model.backbone.load_state_dict({**weights, **{key: expected[key] for key in reshaped}})
+    loaded = f"Started from {path}: {len(weights) - len(reshaped)} tensors of the backbone"
+    if not reshaped:
+        return loaded
+    was, now = len(weights[reshaped[0]]), len(expected[reshaped[0]])
+    return f"{loaded}; the classifier {head} starts new ({was} classes there, {now} here)"
+
+
+def read_weights(path: Path) -> dict[str, Any]:
+    """A checkpoint or state_dict file, torch-saved (weights only) or .safetensors."""
+    if path.suffix != ".safetensors":
+        return load_checkpoint(path)
+    if not path.is_file():
+        raise ConfigError(f"{path} is not a file; give a checkpoint or weights file")
+    try:
+        return safetensors.torch.load_file(path)
+    except Exception as error:  # safetensors raises its own error types, one per problem
+        raise ConfigError(f"{path} is not a readable safetensors file ({error})") from None
 
 
 def build_model(

@@ -77,7 +77,14 @@ CALLBACKS = {
     ),
     # The metric exists only after validation: checked there, not at the train epoch's end.
     "early_stopping": (EarlyStopping, {"patience": 10, "check_on_train_epoch_end": False}),
+    # Off unless a class is given (configs/model/finetune.yaml): the classifier trains alone
+    # for the first epochs (on weights from --init_from, say), then the whole network. Before
+    # the LR monitor, which then logs the frozen layers' rate as 0.
+    "freeze_backbone": None,
     "lr_monitor": (LearningRateMonitor, {"logging_interval": "step"}),
+    # Off unless a class is given (configs/model/ema.yaml): an average of the weights that
+    # validation and the checkpoints hold, so the best checkpoint, the test and export use it.
+    "ema": None,
     "curves": (TrainingCurves, {}),
     "confusion_matrix": (ConfusionMatrixPlot, {}),
     "sync_epoch_metrics": (SyncEpochMetrics, {}),  # before the bar: every rank syncs at one point
@@ -101,6 +108,14 @@ class TrainCLI(LightningCLI):
             type=str | None,
             default=None,
             help="Resume from this checkpoint file, or 'last': the newest run of this experiment.",
+        )
+        parser.add_argument(
+            "--init_from",
+            type=str | None,
+            default=None,
+            help="Start from the backbone weights of this file: a checkpoint of any run, or a "
+            "state_dict (.pt, .safetensors) of the backbone; a classifier for another class "
+            "count starts new. Ignored when resuming (--ckpt_path).",
         )
         parser.add_argument(
             "--collective_timeout",
@@ -141,7 +156,7 @@ class TrainCLI(LightningCLI):
         )
         parser.set_defaults(
             {
-                **{key: as_config(*callback) for key, callback in CALLBACKS.items()},
+                **{key: as_config(*callback) for key, callback in CALLBACKS.items() if callback},
                 "model.loss": DEFAULT_LOSS,
                 "trainer.max_epochs": DEFAULT_MAX_EPOCHS,
                 "trainer.log_every_n_steps": 10,

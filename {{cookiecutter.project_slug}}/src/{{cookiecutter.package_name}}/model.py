@@ -20,7 +20,7 @@ from torch.optim.lr_scheduler import (
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from .backbones import ConvNet
+from .backbones import ConvNet, features
 from .errors import ConfigError
 
 # (in_channels, num_classes) -> network; chosen in configs by class_path.
@@ -53,6 +53,9 @@ class ImageClassifier(L.LightningModule):
     (`.reshape` works).
     `grad_norm_every_n_steps` logs the gradient norm of every parameter and their
     total every that many optimizer steps (0: never; each one syncs with the device).
+    `backbone_lr_factor` gives the layers before the classifier (the backbone's last linear
+    layer) that share of the learning rate (0.1: fine-tuning pretrained layers gently); the
+    two parameter groups, "classifier" and "features", are logged apiece by the LR monitor.
     """
 
     def __init__(
@@ -67,6 +70,7 @@ class ImageClassifier(L.LightningModule):
         compile: bool = False,
         grad_norm_every_n_steps: int = 0,
         channels_last: bool = True,
+        backbone_lr_factor: float = 1.0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -104,7 +108,23 @@ class ImageClassifier(L.LightningModule):
         loss = self.loss(logits, y)
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, sync_dist=True)
         self._log_metrics(self.train_metrics, logits, y)
+        if terms := self.regularization():
+            for name, term in terms.items():
+                self.log(f"train/regularization/{name}", term, on_epoch=True, sync_dist=True)
+            total = torch.stack(list(terms.values())).sum()
+            self.log("train/regularization", total, on_epoch=True, sync_dist=True)
+            loss = loss + total  # minimised; train/loss stays the data loss, like val/loss
         return loss
+
+    def regularization(self) -> dict[str, Tensor]:
+        """The extra loss terms that the backbone's modules carry, by module name: each
+        module's `regularization_loss()` (None: no term, e.g. a penalty of 0)."""
+        terms = {}
+        for name, module in self.backbone.named_modules():
+            method = getattr(module, "regularization_loss", None)
+            if callable(method) and (term := method()) is not None:
+                terms[name or "backbone"] = term
+        return terms
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, "val", self.val_metrics)
@@ -117,7 +137,10 @@ class ImageClassifier(L.LightningModule):
         return self(x).softmax(dim=-1)
 
     def configure_optimizers(self) -> dict:
-        optimizer = self.optimizer(self.parameters())
+        optimizer = self.optimizer(self.parameter_groups())
+        for group in optimizer.param_groups:
+            if group.get("name") == "features":  # the optimizer's own learning rate, scaled
+                group["lr"] *= self.hparams.backbone_lr_factor
         if self.scheduler is None:
             total = int(self.trainer.estimated_stepping_batches)
             scheduler = warmup_cosine(optimizer, total, self.hparams.warmup_fraction)
@@ -130,6 +153,17 @@ class ImageClassifier(L.LightningModule):
         if isinstance(scheduler, ReduceLROnPlateau):
             config["monitor"] = "val/loss"
         return {"optimizer": optimizer, "lr_scheduler": config}
+
+    def parameter_groups(self) -> list[dict]:
+        """The optimizer's parameter groups, named for the LR monitor: the backbone's
+        classifier (its last linear layer) and the rest ("features", at the optimizer's
+        learning rate times backbone_lr_factor); one group if it has no classifier."""
+        layers = features(self.backbone)
+        ids = {id(parameter) for parameter in layers}
+        head = [parameter for parameter in self.parameters() if id(parameter) not in ids]
+        if not layers or len(head) == len(list(self.parameters())):
+            return [{"params": list(self.parameters())}]
+        return [{"params": head, "name": "classifier"}, {"params": layers, "name": "features"}]
 
     def setup(self, stage: str) -> None:
         if stage == "fit":

@@ -127,6 +127,9 @@ def check_resumable(model: torch.nn.Module, path: Path) -> None:
         for key in ("optimizer", "scheduler", "backbone")
         if class_of(saved.get(key)) != class_of(now.get(key))
     ]
+    groups = [len(state["param_groups"]) for state in checkpoint.get("optimizer_states", [])]
+    if groups and groups[0] != (wanted := len(model.parameter_groups())):
+        changes.append(f"{groups[0]} optimizer parameter group(s) (now {wanted})")
     for key, name in (("input_shape", "input shape"), ("num_classes", "class count")):
         was, wanted = saved.get(key), now.get(key)
         if was is not None and plain(was) != plain(wanted):

@@ -4,6 +4,7 @@ python train.py                                   fit, then test the best checkp
 python train.py --devices 2 --max_epochs 5        short forms of --trainer.*
 python train.py --config configs/model/resnet18.yaml    any --trainer.*, --model.*, --data.* key
 python train.py --ckpt_path last                  resume the newest run of this experiment
+python train.py --init_from <run>/checkpoints/<best>.ckpt   start from another run's weights
 """
 
 import sys
@@ -11,8 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lightning.pytorch import Callback
+from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from .checkpoint import start_from
 from .cli import build_cli
 from .compat import set_collective_timeout
 from .errors import ConfigError
@@ -34,6 +37,8 @@ def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
         cli = build_cli(args, callbacks)  # model, data and trainer; a resume's own config
         if cli.config.ckpt_path:
             check_resumable(cli.model, Path(cli.config.ckpt_path))
+        elif cli.config.init_from:  # transfer learning: weights of another run or model
+            rank_zero_info(start_from(cli.model, Path(cli.config.init_from)))
     except (ConfigError, MisconfigurationException) as error:
         # Lightning's own checks (e.g. a negative max_epochs) are one sentence too.
         sys.exit(f"error: {str(error).splitlines()[0]}")
