@@ -20,7 +20,7 @@ from torch.optim.lr_scheduler import (
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from .backbones import ConvNet, features
+from .backbones import ConvNet, features, last_linear
 from .errors import ConfigError
 
 # (in_channels, num_classes) -> network; chosen in configs by class_path.
@@ -159,10 +159,10 @@ class ImageClassifier(L.LightningModule):
         classifier (its last linear layer) and the rest ("features", at the optimizer's
         learning rate times backbone_lr_factor); one group if it has no classifier."""
         layers = features(self.backbone)
+        if not layers or not last_linear(self.backbone):
+            return [{"params": list(self.parameters())}]
         ids = {id(parameter) for parameter in layers}
         head = [parameter for parameter in self.parameters() if id(parameter) not in ids]
-        if not layers or len(head) == len(list(self.parameters())):
-            return [{"params": list(self.parameters())}]
         return [{"params": head, "name": "classifier"}, {"params": layers, "name": "features"}]
 
     def setup(self, stage: str) -> None:
