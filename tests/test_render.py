@@ -152,15 +152,16 @@ def test_readme_commands_fit_the_chosen_logger_and_dataset(rendered: Render) -> 
     new_runs = [
         command
         for command in commands
-        if re.search(r"\b(train|sweep)\.py\b", command)
+        if re.search(r"\b(train|sweep|repeat)\.py\b", command)
         and "runs/" not in command
         and "--ckpt_path" not in command
     ]
     assert new_runs
     for command in new_runs:
         assert ("--data.root" in command) == needs_root, command
-    # Run folders are numbered per experiment: an example names no particular one.
-    assert not [c for c in commands if "version_0" in c and "sweeps" not in c]
+    # Run folders are numbered per experiment: an example names no particular one (a trial's
+    # or a repeat's run has a folder of its own, whose first run is version_0).
+    assert not [c for c in commands if "version_0" in c and not re.search("sweeps|repeats", c)]
 
 
 def test_readme_maps_every_module(rendered: Render) -> None:

@@ -1,13 +1,20 @@
 """The data module yields what the model expects: seeded split, train-only augmentation."""
 
 import gc
+import itertools
 import multiprocessing
+{%- if cookiecutter.dataset == "image_folder" %}
+import shutil
+{%- endif %}
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+{% if cookiecutter.dataset == "image_folder" -%}
+import fake_data
+{% endif -%}
 import pytest
 import torch
 from lightning import Trainer
@@ -15,6 +22,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from {{ cookiecutter.package_name }}.data import DataModule
+from {{ cookiecutter.package_name }}.datamodule import labels_of
 from {{ cookiecutter.package_name }}.errors import ConfigError
 
 
@@ -60,6 +68,69 @@ def test_split_is_seeded_and_disjoint(make_datamodule: Callable[..., DataModule]
     assert not set(train) & set(val)
     assert split(0) == (train, val)
     assert split(1)[1] != val
+
+
+def folds_of(make_datamodule: Callable[..., DataModule], k: int, **options: object) -> list:
+    """For each fold: the data module, the training indices and the held-out indices (into
+    the pool of training samples that the folds share)."""
+    found = []
+    for fold in range(k):
+        dm = make_datamodule(folds=k, fold=fold, **options)
+        dm.prepare_data()
+        dm.setup("fit")
+        found.append((dm, set(dm.train_set.indices), set(dm.val_set.indices)))
+    return found
+
+
+def check_folds(folds: list) -> None:
+    """Disjoint held-out folds that together cover the pool, each stratified by class."""
+    pool_size = len(folds[0][0].val_set.dataset)
+    labels = labels_of(folds[0][0].val_set.dataset)
+    per_class = torch.bincount(labels)
+    for _, train, held_out in folds:
+        assert not train & held_out
+        assert train | held_out == set(range(pool_size))
+        in_fold = torch.bincount(labels[sorted(held_out)], minlength=len(per_class))
+        # Each class in the same proportion in every fold, to within one sample.
+        assert ((in_fold - per_class / len(folds)).abs() <= 1).all(), (in_fold, per_class)
+    for (_, _, one), (_, _, other) in itertools.combinations(folds, 2):
+        assert not one & other
+    assert set().union(*(held_out for _, _, held_out in folds)) == set(range(pool_size))
+
+
+def test_cross_validation_folds_are_disjoint_stratified_and_cover_the_training_data(
+    make_datamodule: Callable[..., DataModule],
+) -> None:
+    folds = folds_of(make_datamodule, 3)
+    check_folds(folds)
+    # Seeded: the same seed gives the same folds, another seed others.
+    assert [f[2] for f in folds_of(make_datamodule, 3)] == [f[2] for f in folds]
+    assert folds_of(make_datamodule, 3, seed=1)[0][2] != folds[0][2]
+{%- if cookiecutter.dataset == "image_folder" %}
+
+
+def test_cross_validation_pools_train_and_val_folders(
+    make_datamodule: Callable[..., DataModule], tmp_path: Path
+) -> None:
+    """With its own val folder, the folds are cut from train and val together."""
+    root = tmp_path / "data"
+    data_args = fake_data.write_dataset(root)
+    shutil.copytree(root / "test", root / "val")
+    size = int(data_args[data_args.index("--data.image_size") + 1])
+    folds = folds_of(make_datamodule, 3, root=root, image_size=size)
+    check_folds(folds)
+    files = sum(1 for _ in (root / "train").rglob("*.png")) + sum(
+        1 for _ in (root / "val").rglob("*.png")
+    )
+    assert len(folds[0][0].val_set.dataset) == files
+{%- endif %}
+
+
+def test_bad_fold_settings_are_refused(make_datamodule: Callable[..., DataModule]) -> None:
+    with pytest.raises(ConfigError, match=r"data\.folds 1 with data\.fold 0"):
+        make_datamodule(folds=1, fold=0)
+    with pytest.raises(ConfigError, match=r"data\.folds 3 with data\.fold 3"):
+        make_datamodule(folds=3, fold=3)
 
 
 def model_input(dm: DataModule, dataset: Dataset, indices: Sequence[int], training: bool) -> Tensor:

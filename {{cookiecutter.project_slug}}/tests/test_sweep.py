@@ -1,8 +1,10 @@
 """sweep.py: an Optuna study of train.py runs that survives crashes and continues after a stop."""
 
+import json
 import multiprocessing
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -311,6 +313,33 @@ def test_unpromising_trials_are_pruned(run_sweep: Callable) -> None:
     assert list(trial.intermediate_values) == [0]
 
 
+def test_a_repeated_trial_is_the_mean_over_its_seeds(run_sweep: Callable) -> None:
+    run_sweep(SPACE + "repeat: {seeds: 2}\n", "--n_trials", "2")
+    for trial in trials():
+        assert trial.state == TrialState.COMPLETE
+        folder = STUDY / f"trial_{trial.number:03d}"
+        runs = [folder / f"seed_{seed}" / "version_0" for seed in (0, 1)]
+        configs = [yaml.safe_load((run / "config.yaml").read_text()) for run in runs]
+        assert [config["seed_everything"] for config in configs] == [0, 1]
+        # Both runs of a trial have its values.
+        assert saved_values(configs[0]) == saved_values(configs[1]) == trial.params
+        # Each run's best val/acc (val_metrics.json: the epoch of its best checkpoint).
+        best = [json.loads((run / "val_metrics.json").read_text())["val/acc"] for run in runs]
+        assert trial.value == pytest.approx(statistics.fmean(best))
+        # The running mean after each run: what the pruner sees.
+        assert trial.intermediate_values == pytest.approx({0: best[0], 1: statistics.fmean(best)})
+
+
+def test_a_repeated_trial_is_pruned_on_the_running_mean(run_sweep: Callable) -> None:
+    # Every val/acc is below 1.1: the pruner stops the trial after its first run.
+    pruner = "pruner:\n  class_path: optuna.pruners.ThresholdPruner\n  init_args: {lower: 1.1}\n"
+    run_sweep(SPACE + pruner + "repeat: {seeds: 3}\n", "--n_trials", "1")
+    (trial,) = trials()
+    assert trial.state == TrialState.PRUNED
+    assert list(trial.intermediate_values) == [0]
+    assert sorted(p.name for p in (STUDY / "trial_000").iterdir()) == ["seed_0"]
+
+
 @pytest.mark.parametrize(
     ("space", "message"),
     [
@@ -319,8 +348,21 @@ def test_unpromising_trials_are_pruned(run_sweep: Callable) -> None:
         (SPACE.replace("low: 1.0e-4", "lo: 1.0e-4"), "params.model.optimizer.lr must be {low"),
         (SPACE.replace("high: 1.0e-1", "high: -1.0"), "params.model.optimizer.lr"),
         (SPACE.replace("choices: [8, 16]", "choices: [8, eight]"), "params.data.batch_size"),
+        (SPACE + "repeat: {seeds: 1}\n", "repeat: {seeds: N or [S1, S2, ...], folds: K}"),
+        (
+            SPACE + "  seed_everything: {low: 0, high: 9}\nrepeat: {seeds: 2}\n",
+            "seed_everything is set by the search space's repeat",
+        ),
     ],
-    ids=["unknown key", "unknown flag", "malformed range", "empty range", "wrong type"],
+    ids=[
+        "unknown key",
+        "unknown flag",
+        "malformed range",
+        "empty range",
+        "wrong type",
+        "bad repeat",
+        "seed twice",
+    ],
 )
 def test_a_bad_search_space_stops_in_one_line_before_any_trial(
     run_sweep: Callable, space: str, message: str
@@ -339,11 +381,25 @@ def test_a_bad_train_flag_stops_in_one_line_before_any_trial(run_sweep: Callable
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("repeat", "expected"),
+    [
+        ("", ["trial_000/version_0", "trial_001/version_0"]),
+        ("repeat: {seeds: 2}\n", ["trial_000/seed_0/version_0", "trial_000/seed_1/version_0"]),
+    ],
+    ids=["one run per trial", "two runs per trial"],
+)
 def test_ddp_trials_run_one_after_another(
-    sweep_command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sweep_command: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    repeat: str,
+    expected: list[str],
 ) -> None:
+    write(tmp_path / "space.yaml", SPACE + repeat)
+    n_trials = 1 if repeat else 2
     result = subprocess.run(
-        [*sweep_command, "--devices", "2", "--strategy", "ddp", "--n_trials", "2"],
+        [*sweep_command, "--devices", "2", "--strategy", "ddp", "--n_trials", str(n_trials)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -352,10 +408,11 @@ def test_ddp_trials_run_one_after_another(
     assert result.returncode == 0, result.stderr[-3000:]
     study = tmp_path / STUDY
     monkeypatch.chdir(tmp_path)
-    # The other process of each trial joined it and started none of its own.
-    assert [t.state for t in trials()] == [TrialState.COMPLETE] * 2
-    assert sorted(p.name for p in study.glob("trial_*/version_*")) == ["version_0"] * 2
-    config = yaml.safe_load((study / "trial_001/version_0/config.yaml").read_text())
+    # The other process of each run joined it and started none of its own.
+    assert [t.state for t in trials()] == [TrialState.COMPLETE] * n_trials
+    found = sorted(p.relative_to(study).as_posix() for p in study.glob("trial_*/**/version_*"))
+    assert found == expected
+    config = yaml.safe_load((study / expected[-1] / "config.yaml").read_text())
     assert int(config["trainer"]["devices"]) == 2
 
 

@@ -10,7 +10,7 @@ import torch
 import yaml
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ThroughputMonitor, TQDMProgressBar
-from logged import scalars
+from logged import hyperparameters, scalars
 
 from {{ cookiecutter.package_name }}.callbacks import EpochLine
 from {{ cookiecutter.package_name }}.cli import CALLBACKS, TrainCLI, build_cli
@@ -52,6 +52,19 @@ def test_run_folder_holds_config_checkpoints_logs_and_test_metrics(train: Callab
     tags = ("train/loss_step", "val/loss", "val/acc", "val/f1", "test/acc")
     for tag in (*tags, "lr-AdamW/classifier", "lr-AdamW/features"):
         assert scalars(RUN, tag), f"{tag} was not logged"
+
+
+def test_hyperparameters_and_test_metrics_reach_the_logger(train: Callable) -> None:
+    {% if cookiecutter.logger == "tensorboard" %}metrics = {% endif %}train("--model.optimizer.init_args.lr", "0.003", "--seed_everything", "7")
+    logged = hyperparameters(RUN)
+    assert logged["model.optimizer.init_args.lr"] == pytest.approx(0.003)
+    assert logged["seed_everything"] == 7
+    assert logged["model.backbone.class_path"].endswith("ConvNet")
+    assert "trainer.logger.init_args.save_dir" not in logged  # where, not how, it trained
+{%- if cookiecutter.logger == "tensorboard" %}
+    # The HParams tab lists the test metrics beside them (and no placeholder hp_metric).
+    assert logged["metrics"] == sorted(metrics)
+{%- endif %}
 
 
 def test_checkpoints_load_without_pickle(train: Callable) -> None:

@@ -85,10 +85,14 @@ def readme_commands() -> list[str]:
     return [" ".join(line.split()) for line in lines if line and not line.startswith("#")]
 
 
-def shown(start: str) -> str:
-    """The README's first command that begins with `start`."""
-    found = [command for command in readme_commands() if command.startswith(start)]
-    assert found, f"the README shows no command that starts with {start!r}"
+def shown(start: str, *parts: str) -> str:
+    """The README's first command that begins with `start` (and holds `parts`)."""
+    found = [
+        command
+        for command in readme_commands()
+        if command.startswith(start) and all(part in command for part in parts)
+    ]
+    assert found, f"the README shows no command that starts with {start!r} (with {parts})"
     return found[0]
 
 
@@ -372,6 +376,30 @@ def test_evaluate_commands_as_the_readme_shows_them(workspace: Path, output: str
     )
     # The run folder keeps what training logged next to what the evaluations added.
     assert scalars(folder, "val/loss") and scalars(folder, "test/acc")
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_repeat_and_results_commands_as_the_readme_shows_them(workspace: Path, output: str) -> None:
+    repeats = workspace / "runs" / "repeats"
+    first = run(as_typed(shown("python repeat.py --seeds 3")), workspace, output)
+    assert "mean ± std" in first.output
+    other = run(as_typed(shown("python repeat.py", "--name no_smoothing")), workspace, output)
+    assert "0 of 3 run(s) finished" in other.output
+    for name in ("default", "no_smoothing"):
+        summary = json.loads((repeats / name / "summary.json").read_text())
+        assert sorted(summary["runs"]) == ["seed_0", "seed_1", "seed_2"]
+    listed = run(as_typed(shown("python results.py"), epochs=False), workspace, output)
+    assert "runs/repeats/no_smoothing" in listed.output
+    assert "model.loss.label_smoothing" in listed.output
+    compared = run(as_typed(shown("python results.py --compare"), epochs=False), workspace, output)
+    assert "paired runs (seed_0, seed_1, seed_2)" in compared.output
+    differ = run(as_typed(shown("python results.py --diff"), epochs=False), workspace, output)
+    assert "model.loss.init_args.label_smoothing: 0.1 -> 0" in differ.output
+    run(as_typed(shown("python repeat.py --folds 5")), workspace, output)
+    summary = json.loads((repeats / "cv5" / "summary.json").read_text())
+    assert sorted(summary["runs"]) == [f"fold_{k}" for k in range(5)]
+    markdown = run(as_typed(shown("python results.py runs/"), epochs=False), workspace, output)
+    assert "| runs/repeats/cv5 |" in markdown.output
 {%- if cookiecutter.deploy == "yes" %}
 
 

@@ -1,7 +1,9 @@
 """Small callbacks the command line adds to every run."""
 
+import json
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -45,6 +47,47 @@ class SyncEpochMetrics(L.Callback):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         _ = trainer.callback_metrics  # computed once here, on every rank; cached for the rest
+
+
+class BestValidation(L.Callback):
+    """Writes val_metrics.json into the run folder: every validation metric of the epoch whose
+    monitored value was best so far, which is the epoch of the best checkpoint.
+
+    Repeated runs, cross-validation folds and the table of runs (results.py) read it.
+    """
+
+    def __init__(self) -> None:
+        self.best: dict[str, float] | None = None
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        # Read on every rank (reading may compute, and computing synchronises).
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        checkpoint = trainer.checkpoint_callback
+        monitor = getattr(checkpoint, "monitor", None) or "val/loss"
+        if monitor not in metrics:
+            return
+        if self.best is not None and not better(
+            metrics[monitor], self.best[monitor], getattr(checkpoint, "mode", "min")
+        ):
+            return
+        self.best = {"epoch": trainer.current_epoch, **metrics}
+        log_dir = trainer.log_dir  # a collective call: every rank must make it
+        if trainer.is_global_zero and log_dir:
+            path = Path(log_dir) / "val_metrics.json"
+            path.write_text(json.dumps({"monitor": monitor, **self.best}, indent=2) + "\n")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.best = state_dict.get("best")
+
+
+def better(value: float, best: float, mode: str) -> bool:
+    """Strictly better, as ModelCheckpoint decides: the first of equal values stays best."""
+    return value > best if mode == "max" else value < best
 
 
 class EpochLine(L.Callback):

@@ -28,7 +28,7 @@ from lightning.pytorch.callbacks import (
 )
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from .callbacks import BatchSizeReport, EpochLine, SyncEpochMetrics, samples_in
+from .callbacks import BatchSizeReport, BestValidation, EpochLine, SyncEpochMetrics, samples_in
 from .checkpoint import run_config
 from .compat import trainer_flag_type
 from .data import DataModule
@@ -87,6 +87,8 @@ CALLBACKS = {
     "ema": None,
     "curves": (TrainingCurves, {}),
     "confusion_matrix": (ConfusionMatrixPlot, {}),
+    # val_metrics.json: the validation metrics at the best checkpoint (repeat.py, results.py).
+    "best_validation": (BestValidation, {}),
     "sync_epoch_metrics": (SyncEpochMetrics, {}),  # before the bar: every rank syncs at one point
     "batch_size_report": (BatchSizeReport, {}),
     "epoch_line": (EpochLine, {}),
@@ -202,6 +204,26 @@ class TrainCLI(LightningCLI):
             log_into_resumed_run(first_logger(self.config), Path(self.config.ckpt_path))
 
 
+class ParseOnly(TrainCLI):
+    """TrainCLI that stops after parsing: used to check arguments without building anything."""
+
+    def instantiate_classes(self) -> None:
+        pass
+
+
+def parse_only(args: list[str]) -> TrainCLI:
+    """train.py's flags parsed, nothing built: a check before a search or a repeat starts."""
+    try:
+        return build_cli(
+            args,
+            cli_class=ParseOnly,
+            parser_kwargs={"exit_on_error": False},
+            seed_everything_default=False,
+        )
+    except Exception as error:
+        raise ConfigError(f"train.py flags: {one_line(error)}") from error
+
+
 def as_config(cls: type, init_args: dict[str, Any]) -> dict[str, Any]:
     """A class and its arguments as a config value: {class_path, init_args}."""
     return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": init_args}
@@ -289,6 +311,11 @@ IN_A_CLASS = re.compile(
     r"Problem with given class_path '(?P<cls>[^']+)': Parser key \"(?P<arg>[\w.]+)\": "
     r"(?P<why>.*?)(?: - |$)"
 )
+
+
+def one_line(error: Exception) -> str:
+    """jsonargparse's message, which spans several lines, on one."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
 def check_devices(accelerator: object, devices: object) -> None:

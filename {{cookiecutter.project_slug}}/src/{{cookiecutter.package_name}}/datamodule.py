@@ -20,7 +20,7 @@ import lightning as L
 import torch
 from lightning.fabric.utilities.seed import pl_worker_init_function
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
@@ -41,7 +41,8 @@ class ImageDataModule(L.LightningDataModule):
       mean, std     the per-channel normalisation the model's input has had
       prediction_transform(input_shape)   an RGB PIL image -> one model input
     Batches: `setup` assigns `train_set`, `val_set`, `test_set`, whose loaders give
-    (images, labels) as the model gets them: float (N, C, H, W) and int64 (N,).
+    (images, labels) as the model gets them: float (N, C, H, W) and int64 (N,). `split`
+    holds out the validation part (a seeded fraction, or fold `fold` of `folds`).
     Loaders come from `make_loader`; override it (not `train_dataloader`) to change them:
     `train_dataloader` restores the loader's position for an exact resume.
     `check_contract` names a missing member on one line when the run starts.
@@ -83,7 +84,13 @@ class ImageDataModule(L.LightningDataModule):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __init__(
-        self, batch_size: int, num_workers: int | None, val_fraction: float, seed: int
+        self,
+        batch_size: int,
+        num_workers: int | None,
+        val_fraction: float,
+        seed: int,
+        folds: int | None = None,
+        fold: int = 0,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -92,6 +99,12 @@ class ImageDataModule(L.LightningDataModule):
             raise ConfigError(f"data.val_fraction must be between 0 and 1, got {val_fraction}")
         if num_workers is not None and num_workers < 0:
             raise ConfigError(f"data.num_workers must be 0 or more, got {num_workers}")
+        if folds is not None and not (folds >= 2 and 0 <= fold < folds):
+            raise ConfigError(
+                f"data.folds {folds} with data.fold {fold}: folds must be 2 or more and fold "
+                "one of 0 .. folds-1 (or data.folds null: a val_fraction split)"
+            )
+        self.folds, self.fold = folds, fold
         self.batch_size = batch_size
         self.num_workers = default_num_workers() if num_workers is None else num_workers
         self.val_fraction = val_fraction
@@ -149,8 +162,11 @@ class ImageDataModule(L.LightningDataModule):
         """Seeded train/val split of one dataset seen through two transforms.
 
         `train` and `evaluation` hold the same samples; only the training part
-        gets augmentation.
+        gets augmentation. With `folds`, validation is fold `fold` of a stratified k-fold
+        split (each class in the same proportion in every fold); else `val_fraction` of it.
         """
+        if self.folds is not None:
+            return cross_validation_fold(train, evaluation, self.folds, self.fold, self.seed)
         generator = torch.Generator().manual_seed(self.seed)
         order = torch.randperm(len(train), generator=generator).tolist()
         n_val = max(1, round(len(order) * self.val_fraction))
@@ -165,7 +181,7 @@ class ImageDataModule(L.LightningDataModule):
         # and creating loaders never draws from the global RNG that dropout uses.
         # The sampler's generator draws only the order: after a restore it is set back to the
         # interrupted epoch's state, so the epochs after it shuffle as they would have.
-        order = torch.Generator().manual_seed(self.seed)
+        order = torch.Generator().manual_seed(self.loader_seed())
         return StatefulDataLoader(
             dataset,
             batch_size=self.batch_size,
@@ -173,11 +189,20 @@ class ImageDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             pin_memory=on_gpu,
             persistent_workers=self.num_workers > 0,
-            generator=torch.Generator().manual_seed(self.seed + 1),
+            generator=torch.Generator().manual_seed(self.loader_seed() + 1),
             collate_fn=self.collate_fn,
             multiprocessing_context=self.worker_server() if self.num_workers > 0 else None,
             worker_init_fn=functools.partial(start_worker, main_process=os.getpid()),
         )
+
+    def loader_seed(self) -> int:
+        """The seed of the batches' order: data.seed and the run's --seed_everything.
+
+        Runs repeated over seeds then differ in their order too, not only in their initial
+        weights, while data.seed alone fixes the split. Every process of a run has the same
+        (Lightning's seed_everything sets PL_GLOBAL_SEED for the processes it starts).
+        """
+        return self.seed * 1_000_003 + int(os.environ.get("PL_GLOBAL_SEED", 0))
 
     def worker_server(self) -> BaseContext | None:
         """Where loader workers start: a fork server on Linux, the platform's default elsewhere.
@@ -193,6 +218,38 @@ class ImageDataModule(L.LightningDataModule):
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["__main__", __name__, type(self).__module__])
         return context
+
+
+def cross_validation_fold(
+    train: Dataset, evaluation: Dataset, folds: int, fold: int, seed: int
+) -> tuple[Subset, Subset]:
+    """Fold `fold` of a seeded, stratified k-fold split: (the other folds, this fold)."""
+    # Imported here: scikit-learn is slow to import and runs without folds never need it.
+    from sklearn.model_selection import StratifiedKFold
+
+    labels = labels_of(train).numpy()
+    counts = torch.bincount(torch.as_tensor(labels))
+    if (smallest := int(counts[counts > 0].min())) < folds:
+        raise ConfigError(
+            f"data.folds {folds}: the smallest class has {smallest} training sample(s), and "
+            "every fold needs one of each class; use fewer folds"
+        )
+    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    rest, held_out = list(splitter.split(labels, labels))[fold]
+    return Subset(train, rest.tolist()), Subset(evaluation, held_out.tolist())
+
+
+def labels_of(dataset: Dataset) -> Tensor:
+    """The label of every sample, read without decoding images where the dataset knows them
+    (`labels`, torchvision's `targets`, subsets and concatenations of those)."""
+    if isinstance(dataset, Subset):
+        return labels_of(dataset.dataset)[torch.as_tensor(dataset.indices, dtype=torch.long)]
+    if isinstance(dataset, ConcatDataset):
+        return torch.cat([labels_of(part) for part in dataset.datasets])
+    for name in ("labels", "targets"):
+        if (found := getattr(dataset, name, None)) is not None:
+            return torch.as_tensor(found, dtype=torch.long)
+    return torch.as_tensor([int(dataset[i][1]) for i in range(len(dataset))], dtype=torch.long)
 
 
 class TensorImages(Dataset):

@@ -5,6 +5,7 @@ preemption, a diverged loss, processes out of step) into one line and an exit co
 """
 
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -15,11 +16,12 @@ import traceback
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import torch
 from lightning import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -27,7 +29,7 @@ from .checkpoint import layer_differences, load_checkpoint, load_weights, resolv
 from .compat import destroy_process_group
 from .errors import ConfigError, DivergedError
 from .guards import SaveOnPreemption
-from .loggers import how_to_watch
+from .loggers import LOGGER, how_to_watch
 
 # Loggers whose save_dir/name/version_<N> folder is the run folder, when first in the list.
 FOLDER_LOGGERS = ("TensorBoardLogger", "CSVLogger")
@@ -64,6 +66,32 @@ def first_logger(config: object) -> object:
     """The first logger of a parsed config: its save_dir/name/version_<N> is the run folder."""
     logger = config.trainer.logger
     return logger[0] if isinstance(logger, list) and logger else logger
+
+
+def logger_in(folder: Path, name: str) -> str:
+    """The project's logger(s), the first writing its run folders to folder/name, as JSON
+    (a --trainer.logger value): the runs of a search or a repeat go into a folder of their own."""
+    loggers = copy.deepcopy(LOGGER)
+    first = loggers[0] if isinstance(loggers, list) else loggers
+    first["init_args"] = {**first["init_args"], "save_dir": str(folder), "name": name}
+    return json.dumps(loggers)
+
+
+@contextlib.contextmanager
+def environment(name: str, value: str) -> Iterator[None]:
+    """Set `name` for the processes a DDP run starts (they run this same command again, and
+    the variable tells them which run to join); undo what Lightning's launcher sets.
+
+    The launcher leaves MASTER_PORT, LOCAL_RANK, ... in this process's environment, which
+    would make the next run of a search or a repeat wait for processes nobody starts.
+    """
+    saved = dict(os.environ)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def resume_checkpoint(ckpt_path: str, logger: object) -> Path:
@@ -241,6 +269,54 @@ def write_results(trainer: Trainer, checkpoint: str | None, metrics: dict[str, f
         path = Path(log_dir) / "test_metrics.json"
         path.write_text(json.dumps({"checkpoint": checkpoint or "", **metrics}, indent=2) + "\n")
         print(summary(trainer, metrics, log_dir))
+
+
+# The keys of a run's config that go to each logger's hyperparameter view.
+HYPERPARAMETERS = re.compile(
+    r"^(seed_everything|monitor|init_from|model\..*|data\..*"
+    r"|trainer\.(max_epochs|precision|accumulate_grad_batches|gradient_clip_val|devices|num_nodes))$"
+)
+
+
+def log_hyperparameters(trainer: Trainer, config: object, metrics: dict[str, float]) -> None:
+    """The run's hyperparameters, with its test metrics, in each logger's hyperparameter view
+    (TensorBoard's HParams tab, MLflow's params, W&B's config): runs compare there too.
+
+    The other loggers have the test metrics already; TensorBoard's tab lists the metrics
+    named with the hyperparameters.
+    """
+    config = config.as_dict() if hasattr(config, "as_dict") else dict(config)
+    params = {k: loggable(v) for k, v in flatten(config).items() if HYPERPARAMETERS.match(k)}
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):
+            logger.log_hyperparams(params, metrics)
+        else:
+            logger.log_hyperparams(params)
+
+
+def loggable(value: object) -> str | int | float | bool | None:
+    """A value every logger stores as it is: a number, a string, a bool; others as JSON."""
+    if isinstance(value, str | int | float | bool | None):
+        return value
+    return json.dumps(value, default=str)
+
+
+def flatten(config: dict[str, Any]) -> dict[str, Any]:
+    """A config as dotted keys and their values (lists of classes numbered)."""
+    flat: dict[str, Any] = {}
+
+    def walk(value: Any, key: str) -> None:
+        if isinstance(value, dict) and value:
+            for name, inner in value.items():
+                walk(inner, f"{key}.{name}" if key else str(name))
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            for number, inner in enumerate(value):
+                walk(inner, f"{key}.{number}")
+        else:
+            flat[key] = value
+
+    walk(config, "")
+    return flat
 
 
 def summary(trainer: Trainer, metrics: dict[str, float], log_dir: str) -> str:

@@ -21,13 +21,14 @@ from optuna.distributions import (
 from optuna.pruners import BasePruner, MedianPruner
 from optuna.samplers import BaseSampler
 
-from .cli import TrainCLI, build_cli
+from .cli import one_line, parse_only
 from .errors import ConfigError
 from .model import MONITORABLE
+from .repeat import Repeat, fold_count, seed_list
 
 SWEEPS = Path("runs/sweeps")
 DEFAULT_SPACE = Path("configs/sweep/default.yaml")
-SPACE_KEYS = ("metric", "direction", "sampler", "pruner", "params")
+SPACE_KEYS = ("metric", "direction", "sampler", "pruner", "params", "repeat")
 
 
 @dataclass
@@ -43,6 +44,8 @@ class Sweep:
     train_args: list[str]
     n_trials: int
     space_file: Path
+    # Each trial over several seeds or folds, its value their mean; None: one run per trial.
+    repeat: Repeat | None = None
 
     def sampler_after(self, trials: int) -> BaseSampler:
         """The sampler for a study that already has `trials` trials.
@@ -103,7 +106,29 @@ def parse(argv: list[str]) -> Sweep:
         train_args=train_args,
         n_trials=own.n_trials,
         space_file=path,
+        repeat=repeat_of(space.repeat, space.params, train_args),
     )
+
+
+def repeat_of(spec: dict[str, Any] | None, params: dict, train_args: list[str]) -> Repeat | None:
+    """The search space's `repeat: {seeds: N or [S1, S2, ..], folds: K}`, checked."""
+    if spec is None:
+        return None
+    accepted = "repeat: {seeds: N or [S1, S2, ...], folds: K}, one or both"
+    if not spec or not set(spec) <= {"seeds", "folds"}:
+        raise ConfigError(f"{accepted}; got {spec}")
+    seeds, folds = spec.get("seeds"), spec.get("folds")
+    try:
+        if seeds is not None:
+            seeds = seed_list(",".join(map(str, seeds)) if isinstance(seeds, list) else str(seeds))
+        folds = fold_count(str(folds)) if folds is not None else None
+    except argparse.ArgumentTypeError as error:
+        raise ConfigError(f"{accepted}: {error}") from None
+    taken = (["seed_everything"] if seeds else []) + (["data.folds", "data.fold"] if folds else [])
+    for key in taken:
+        if key in params or any(arg.split("=")[0] == f"--{key}" for arg in train_args):
+            raise ConfigError(f"{key} is set by the search space's repeat for each run")
+    return Repeat(name="", seeds=seeds, folds=folds, train_args=[])
 
 
 def pop_search_space(argv: list[str]) -> tuple[Path, list[str]]:
@@ -150,6 +175,7 @@ def read_space(path: Path, seed_offset: int = 0) -> Any:
     parser.add_argument("--sampler", type=BaseSampler, default=sampler)
     parser.add_argument("--pruner", type=BasePruner, default=lazy_instance(MedianPruner))
     parser.add_argument("--params", type=dict[str, dict[str, Any]], default={})
+    parser.add_argument("--repeat", type=dict[str, Any] | None, default=None)
     try:
         config = parser.parse_path(path, defaults=True)
         if seed_offset and getattr(config.sampler.init_args, "seed", None) is not None:
@@ -185,15 +211,7 @@ def distribution(key: str, spec: dict[str, Any]) -> BaseDistribution:
 def check_train_args(sweep: Sweep) -> None:
     """Parse the train.py flags with each parameter's values, before any trial runs; fill in
     the metric and direction that the search space leaves to train.py's --monitor."""
-    try:
-        cli = build_cli(
-            sweep.train_args,
-            cli_class=ParseOnly,
-            parser_kwargs={"exit_on_error": False},
-            seed_everything_default=False,
-        )
-    except Exception as error:
-        raise ConfigError(f"train.py flags: {one_line(error)}") from error
+    cli = parse_only(sweep.train_args)
     # The trials' metric: the search space's, else the one train.py's flags monitor.
     if sweep.metric is None:
         sweep.metric = cli.config.monitor
@@ -217,18 +235,6 @@ def extremes(dist: BaseDistribution) -> tuple[Any, ...]:
     if isinstance(dist, CategoricalDistribution):
         return dist.choices
     return dist.low, dist.high
-
-
-def one_line(error: Exception) -> str:
-    """jsonargparse's message, which spans several lines, on one."""
-    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
-
-
-class ParseOnly(TrainCLI):
-    """TrainCLI that stops after parsing: used to check arguments without building anything."""
-
-    def instantiate_classes(self) -> None:
-        pass
 
 
 def flags(values: dict[str, Any]) -> list[str]:

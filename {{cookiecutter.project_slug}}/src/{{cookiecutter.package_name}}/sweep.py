@@ -5,31 +5,31 @@ python sweep.py --config configs/sweep/default.yaml --max_epochs 5    train.py f
 python sweep.py --n_trials 20             again: continues the study where it stopped
 """
 
-import contextlib
-import copy
 import gc
-import json
 import logging
 import os
 import signal
+import statistics
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import optuna
+from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, Trial, TrialState
 from optuna_integration import PyTorchLightningPruningCallback
 
+from .callbacks import better
 from .compat import trial_id
 from .errors import ConfigError
-from .loggers import LOGGER
+from .repeat import RUN_ENV, Run
+from .runs import environment, logger_in
 from .search_space import Sweep, check_train_args, flags, parse
 from .train import main
 
@@ -63,6 +63,9 @@ def run(argv: list[str] | None = None) -> None:
         f"Study {sweep.name} in {sweep.folder}: {finished(study)} trial(s) finished, "
         f"{max(remaining, 0)} to run"
     )
+    if sweep.repeat is not None:
+        runs = ", ".join(run.name for run in sweep.repeat.runs())
+        print(f"Each trial's value: the mean of {sweep.metric} over its runs {runs}")
     if remaining > 0:
         optimize(study, sweep, remaining)
     report(study, sweep)
@@ -125,7 +128,10 @@ def optimize(study: optuna.Study, sweep: Sweep, n_trials: int) -> None:
 
 
 def objective(trial: Trial, sweep: Sweep) -> float:
-    """The trial's best value of the metric over its validation epochs."""
+    """The trial's best value of the metric over its validation epochs (or, with a repeat in
+    the search space, the mean over its runs of each run's best)."""
+    if sweep.repeat is not None:
+        return repeated_objective(trial, sweep)
     try:
         pruning = run_trial(trial, sweep)
     finally:
@@ -152,30 +158,82 @@ def suggest(trial: Trial, key: str, dist: BaseDistribution) -> Any:
     return trial.suggest_float(key, dist.low, dist.high, step=dist.step, log=dist.log)
 
 
-def trial_logger(folder: Path, name: str) -> str:
-    """The project's logger(s), the first writing its run folder to folder/name, as JSON."""
-    loggers = copy.deepcopy(LOGGER)
-    first = loggers[0] if isinstance(loggers, list) else loggers
-    first["init_args"] = {**first["init_args"], "save_dir": str(folder), "name": name}
-    return json.dumps(loggers)
-
-
 def run_trial(trial: Trial, sweep: Sweep) -> PyTorchLightningPruningCallback:
     """Train with this trial's values into runs/sweeps/<study>/trial_<N>/; return the pruner."""
     values = {key: suggest(trial, key, dist) for key, dist in sweep.space.items()}
     args = [
         *sweep.train_args,
-        "--trainer.logger", trial_logger(sweep.folder, f"trial_{trial.number:03d}"),
+        "--trainer.logger", logger_in(sweep.folder, f"trial_{trial.number:03d}"),
         *flags(values),
     ]  # fmt: skip
     pruning = PyTorchLightningPruningCallback(trial, monitor=sweep.metric)
-    with trial_environment(trial):
+    train_trial(trial, args, [pruning])
+    return pruning
+
+
+def repeated_objective(trial: Trial, sweep: Sweep) -> float:
+    """The mean over the trial's seeds or folds of the metric's best value in each run.
+
+    After each run, the running mean is the trial's value at step k (k + 1 runs done): the
+    pruner compares trials after the same number of runs and can stop one between runs.
+    """
+    best: list[float] = []
+    for step, run in enumerate(sweep.repeat.runs()):
+        record = BestValue(sweep.metric, sweep.direction)
+        try:
+            with environment(RUN_ENV, run.name):
+                train_trial(trial, repeated_args(trial, sweep, run), [record])
+        finally:
+            folder = sweep.folder / f"trial_{trial.number:03d}" / run.name
+            if step == 0 and (runs := sorted(folder.glob("version_*"))):
+                trial.set_user_attr("run_folder", str(runs[-1]))
+        if record.best is None:
+            trial.study.stop()  # every trial would miss it
+            raise RuntimeError(f"the trial never logged {sweep.metric!r}, the space's metric")
+        best.append(record.best)
+        trial.set_user_attr("runs", {**trial.user_attrs.get("runs", {}), run.name: record.best})
+        trial.report(statistics.fmean(best), step)
+        if trial.should_prune():
+            raise optuna.TrialPruned(f"pruned after {step + 1} run(s)")
+    return statistics.fmean(best)
+
+
+def repeated_args(trial: Trial, sweep: Sweep, run: Run) -> list[str]:
+    """train.py's flags for one run of a repeated trial: trial_<N>/<seed or fold>/."""
+    values = {key: suggest(trial, key, dist) for key, dist in sweep.space.items()}
+    folder = sweep.folder / f"trial_{trial.number:03d}"
+    return [
+        *sweep.train_args,
+        "--trainer.logger", logger_in(folder, run.name),
+        *flags(values),
+        *run.flags(sweep.repeat.folds),
+    ]  # fmt: skip
+
+
+class BestValue(Callback):
+    """The best value of one validation metric over a run's epochs."""
+
+    def __init__(self, metric: str, direction: str) -> None:
+        self.metric, self.mode = metric, "max" if direction == "maximize" else "min"
+        self.best: float | None = None
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        value = trainer.callback_metrics.get(self.metric)
+        if trainer.sanity_checking or value is None:
+            return
+        if self.best is None or better(float(value), self.best, self.mode):
+            self.best = float(value)
+
+
+def train_trial(trial: Trial, args: list[str], callbacks: list[Callback]) -> None:
+    """One train.py run of the trial; a stop by the user goes on as KeyboardInterrupt, any
+    other exit as an error (Optuna records exceptions only)."""
+    with environment(TRIAL_ENV, str(trial_id(trial))):
         try:
             stopped_meanwhile()
-            main(args, callbacks=[pruning])
+            main(args, callbacks=callbacks)
             stopped_meanwhile()
         except SystemExit as stop:
-            # Optuna records exceptions only: a stop goes on as one, any other exit fails.
             if stopped_by_user(stop) or STOP.is_set():
                 raise KeyboardInterrupt from stop
             raise RuntimeError(f"train.py stopped: {stop.code}") from stop
@@ -183,7 +241,6 @@ def run_trial(trial: Trial, sweep: Sweep) -> PyTorchLightningPruningCallback:
             if STOP.is_set():  # e.g. a collective that the signal broke off
                 raise KeyboardInterrupt from error
             raise
-    return pruning
 
 
 def stopped_meanwhile() -> None:
@@ -201,26 +258,15 @@ def stopped_by_user(stop: SystemExit) -> bool:
     return isinstance(stop, SIGTERMException) or isinstance(stop.__context__, KeyboardInterrupt)
 
 
-@contextlib.contextmanager
-def trial_environment(trial: Trial) -> Iterator[None]:
-    """Name the trial for the processes a DDP run starts; undo what the launcher sets.
-
-    Lightning's launcher leaves MASTER_PORT, LOCAL_RANK, ... in this process's environment,
-    which would make the next trial wait for processes nobody starts.
-    """
-    saved = dict(os.environ)
-    os.environ[TRIAL_ENV] = str(trial_id(trial))
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 def join_trial(sweep: Sweep) -> None:
     """Run as one more process of the DDP trial that started this process."""
     study = optuna.load_study(study_name=sweep.name, storage=sweep.url)
-    run_trial(Trial(study, int(os.environ[TRIAL_ENV])), sweep)
+    trial = Trial(study, int(os.environ[TRIAL_ENV]))
+    if sweep.repeat is None:
+        run_trial(trial, sweep)
+        return
+    (run,) = [r for r in sweep.repeat.runs() if r.name == os.environ[RUN_ENV]]
+    train_trial(trial, repeated_args(trial, sweep, run), [BestValue(sweep.metric, sweep.direction)])
 
 
 def finished(study: optuna.Study) -> int:
@@ -268,8 +314,9 @@ def after_trial(study: optuna.Study, trial: FrozenTrial, sweep: Sweep) -> None:
             f"(best: trial {best.number}, {best.value:.4f})"
         )
     elif trial.state == TrialState.PRUNED:
-        epochs = len(trial.intermediate_values)
-        print(f"Trial {trial.number} pruned after {epochs} validation(s)")
+        steps = len(trial.intermediate_values)
+        unit = "run" if sweep.repeat else "validation"
+        print(f"Trial {trial.number} pruned after {steps} {unit}(s)")
 
 
 def report(study: optuna.Study, sweep: Sweep) -> None:
@@ -293,9 +340,11 @@ def report(study: optuna.Study, sweep: Sweep) -> None:
 def write_best_config(best: FrozenTrial, sweep: Sweep) -> None:
     config = Path(best.user_attrs["run_folder"]) / "config.yaml"
     path = sweep.folder / "best.yaml"
+    each = "# The value is the mean over the trial's runs; below, its first run's config.\n"
     path.write_text(
         f"# Trial {best.number} of study {sweep.name}: {sweep.metric} = {best.value:.4f}\n"
-        f"# python train.py --config {path}   (add --max_epochs N to train longer)\n"
+        + (each if sweep.repeat is not None else "")
+        + f"# python train.py --config {path}   (add --max_epochs N to train longer)\n"
         + config.read_text()
     )
     print(f"Best config: {path}")

@@ -23,6 +23,7 @@ from .runs import (
     best_checkpoint,
     check_resumable,
     finish,
+    log_hyperparameters,
     quiet_known_noise,
     release,
     stops_in_one_line,
@@ -53,6 +54,7 @@ def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
             results = trainer.test(model, datamodule=data, ckpt_path=best, verbose=False)
         metrics = {key: float(value) for key, value in results[0].items()} if results else {}
         write_results(trainer, best, metrics)
+        log_hyperparameters(trainer, cli.config, metrics)
         finish()
         return metrics
     finally:

@@ -2,6 +2,9 @@
 
 import csv
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 
 def scalars(run: Path, tag: str) -> list[tuple[int, float]]:
@@ -9,3 +12,8 @@ def scalars(run: Path, tag: str) -> list[tuple[int, float]]:
     with open(run / "metrics.csv", newline="") as file:
         rows = list(csv.DictReader(file))
     return [(int(row["step"]), float(row[tag])) for row in rows if row.get(tag)]
+
+
+def hyperparameters(run: Path) -> dict[str, Any]:
+    """The hyperparameters the run logged (hparams.yaml in its run folder)."""
+    return yaml.safe_load((run / "hparams.yaml").read_text())

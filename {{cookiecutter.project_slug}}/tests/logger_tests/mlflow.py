@@ -24,3 +24,15 @@ def test_metrics_reach_the_local_mlflow_store_and_the_run_folder(train: Callable
     assert run.data.metrics["test/acc"] == pytest.approx(metrics["test/acc"])
     assert [m.step for m in client.get_metric_history(run.info.run_id, "val/acc")]
     assert (RUN / "metrics.csv").is_file() and (RUN / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_hyperparameters_reach_the_mlflow_run_as_params(train: Callable) -> None:
+    train("--model.optimizer.init_args.lr", "0.003", "--seed_everything", "7")
+    client = MlflowClient(tracking_uri=TRACKING_URI)
+    experiment = client.get_experiment_by_name("default")
+    (run,) = client.search_runs(
+        [experiment.experiment_id], order_by=["attributes.start_time DESC"], max_results=1
+    )
+    assert float(run.data.params["model.optimizer.init_args.lr"]) == pytest.approx(0.003)
+    assert run.data.params["seed_everything"] == "7"
+    assert "test/acc" in run.data.metrics

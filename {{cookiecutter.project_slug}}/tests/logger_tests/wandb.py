@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
+import pytest
 from lightning.pytorch.loggers import WandbLogger
 
 RUN = Path("runs/default/version_0")
@@ -34,9 +35,12 @@ class WandbRunIds(L.Callback):
 
     def __init__(self) -> None:
         self.ids: list[str] = []
+        self.runs: list[object] = []
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.ids += [lg.experiment.id for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+        runs = [lg.experiment for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+        self.ids += [run.id for run in runs]
+        self.runs += runs
 
 
 def test_each_run_in_one_process_gets_its_own_wandb_run(train: Callable) -> None:
@@ -45,3 +49,12 @@ def test_each_run_in_one_process_gets_its_own_wandb_run(train: Callable) -> None
     train(callbacks=[runs])
     train(callbacks=[runs])
     assert len(runs.ids) == 2 and runs.ids[0] != runs.ids[1]
+
+
+def test_hyperparameters_reach_the_wandb_config(train: Callable) -> None:
+    runs = WandbRunIds()
+    flags = ["--model.optimizer.init_args.lr", "0.003", "--seed_everything", "7"]
+    train(*flags, callbacks=[runs])
+    (run,) = runs.runs
+    assert run.config["model.optimizer.init_args.lr"] == pytest.approx(0.003)
+    assert run.config["seed_everything"] == 7

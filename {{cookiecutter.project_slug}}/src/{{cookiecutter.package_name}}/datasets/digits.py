@@ -51,8 +51,10 @@ class DataModule(InMemoryDataModule):
         val_fraction: float = 0.1,
         test_fraction: float = 0.2,
         seed: int = 0,
+        folds: int | None = None,
+        fold: int = 0,
     ) -> None:
-        super().__init__(batch_size, num_workers, val_fraction, seed)
+        super().__init__(batch_size, num_workers, val_fraction, seed, folds, fold)
         if not 0 < test_fraction < 1 - val_fraction:
             raise ConfigError(
                 f"data.test_fraction must be between 0 and {1 - val_fraction}, got {test_fraction}"

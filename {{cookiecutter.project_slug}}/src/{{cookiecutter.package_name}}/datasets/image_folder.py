@@ -4,13 +4,15 @@
     root/train/dog/0002.png    root/val/dog/...    root/test/dog/...
 
 Without root/val, a seeded fraction of root/train is held out for validation;
-without root/test, the validation images are used for testing.
+without root/test, the validation images are used for testing. With data.folds, the
+validation images are a fold of root/train and root/val together (cross-validation).
 """
 
 from pathlib import Path
 
 import torch
 from PIL import Image
+from torch.utils.data import ConcatDataset
 from torchvision import datasets
 from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import v2
@@ -85,8 +87,10 @@ class DataModule(ImageDataModule):
         num_workers: int | None = None,
         val_fraction: float = 0.1,
         seed: int = 0,
+        folds: int | None = None,
+        fold: int = 0,
     ) -> None:
-        super().__init__(batch_size, num_workers, val_fraction, seed)
+        super().__init__(batch_size, num_workers, val_fraction, seed, folds, fold)
         self.root = Path(root)
         self.image_size = image_size
         train = self.root / "train"
@@ -136,19 +140,20 @@ class DataModule(ImageDataModule):
         )
 
     def setup(self, stage: str | None = None) -> None:
-        train = self.root / "train"
-        if (self.root / "val").is_dir():
+        train, val = self.root / "train", self.root / "val"
+        evaluation = eval_transform(self.image_size)
+        if val.is_dir() and self.folds is None:
             self.train_set = self._folder(train, self.train_transform())
-            self.val_set = self._folder(self.root / "val", eval_transform(self.image_size))
+            self.val_set = self._folder(val, evaluation)
         else:
+            # Cross-validation folds are cut from train and val together.
+            parts = [train, val] if val.is_dir() else [train]
             self.train_set, self.val_set = self.split(
-                self._folder(train, self.train_transform()),
-                self._folder(train, eval_transform(self.image_size)),
+                ConcatDataset([self._folder(part, self.train_transform()) for part in parts]),
+                ConcatDataset([self._folder(part, evaluation) for part in parts]),
             )
         test = self.root / "test"
-        self.test_set = (
-            self._folder(test, eval_transform(self.image_size)) if test.is_dir() else self.val_set
-        )
+        self.test_set = self._folder(test, evaluation) if test.is_dir() else self.val_set
 
     @staticmethod
     def _folder(path: Path, transform: v2.Transform) -> datasets.ImageFolder:

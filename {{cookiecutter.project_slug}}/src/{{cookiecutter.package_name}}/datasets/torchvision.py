@@ -75,8 +75,10 @@ class DataModule(InMemoryDataModule):
         num_workers: int | None = 0,
         val_fraction: float = 0.1,
         seed: int = 0,
+        folds: int | None = None,
+        fold: int = 0,
     ) -> None:
-        super().__init__(batch_size, num_workers, val_fraction, seed)
+        super().__init__(batch_size, num_workers, val_fraction, seed, folds, fold)
         self.root = Path(root)
         self.class_names = CLASS_NAMES
         self.input_shape = INPUT_SHAPE

@@ -3,7 +3,9 @@
 # cli.py resumes by the first logger's folder, runs/<name>/version_<N>/: the run folder.
 LOGGER = {
     "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-    "init_args": {"save_dir": "runs", "name": "default"},
+    # The HParams tab gets each run's hyperparameters with its test metrics once it is tested,
+    # not a placeholder metric at the start.
+    "init_args": {"save_dir": "runs", "name": "default", "default_hp_metric": False},
 }
 
 
