@@ -298,7 +298,9 @@ def loggable(value: object) -> str | int | float | bool | None:
     """A value every logger stores as it is: a number, a string, a bool; others as JSON."""
     if isinstance(value, str | int | float | bool | None):
         return value
-    return json.dumps(value, default=str)
+    if isinstance(value, list | tuple | dict):
+        return json.dumps(value, default=str)
+    return str(value)  # a path, say
 
 
 def flatten(config: dict[str, Any]) -> dict[str, Any]:
