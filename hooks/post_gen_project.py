@@ -50,6 +50,11 @@ FEATURE_FILES = {
     "cluster": [Path("scripts") / "slurm", Path("tests") / "test_cluster.py"],
 }  # fmt: skip
 
+SHARDS_FILES = [
+    Path("convert.py"), PACKAGE / "shards.py", Path("configs") / "data",
+    Path("tests") / "test_shards.py", Path("tests") / "shard_probe.py",
+]  # fmt: skip
+
 
 def remove(path: Path) -> None:
     """Remove a file or a folder, if it is there."""
@@ -78,6 +83,10 @@ def main() -> None:
         # datasets held in memory.
         for path in (PACKAGE / "batch_augment.py", Path("tests") / "test_batch_augment.py"):
             path.unlink(missing_ok=True)
+    else:
+        # Shards are for image folders too large to list and read file by file.
+        for path in SHARDS_FILES:
+            remove(path)
 
     licenses = Path("licenses")
     if licenses.exists():

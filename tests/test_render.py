@@ -158,7 +158,8 @@ def test_readme_commands_fit_the_chosen_logger_and_dataset(rendered: Render) -> 
     ]
     assert new_runs
     for command in new_runs:
-        assert ("--data.root" in command) == needs_root, command
+        # Or shards converted from the image folder (--data.input_dir).
+        assert ("--data.root" in command or "--data.input_dir" in command) == needs_root, command
     # Run folders are numbered per experiment: an example names no particular one (a trial's
     # or a repeat's run has a folder of its own, whose first run is version_0).
     assert not [c for c in commands if "version_0" in c and not re.search("sweeps|repeats", c)]

@@ -1,6 +1,7 @@
 """Fixtures shared by the tests: tiny data on disk and short training runs in a temp folder."""
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -29,6 +30,12 @@ FAST = [
     "--trainer.enable_progress_bar", "false",
     "--trainer.enable_model_summary", "false",
 ]  # fmt: skip
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What runs remember between starts (the image check) goes to a temp folder, not ~/.cache."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture

@@ -2,6 +2,9 @@
 
 import json
 import re
+{%- if cookiecutter.logger == "tensorboard" %}
+import threading
+{%- endif %}
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,6 +67,10 @@ def test_hyperparameters_and_test_metrics_reach_the_logger(train: Callable) -> N
 {%- if cookiecutter.logger == "tensorboard" %}
     # The HParams tab lists the test metrics beside them (and no placeholder hp_metric).
     assert logged["metrics"] == sorted(metrics)
+    # Written and closed when the run returns: no writer thread is left to write them later
+    # (into whatever folder is current then).
+    writers = [t for t in threading.enumerate() if type(t).__name__ == "_AsyncWriterThread"]
+    assert not writers
 {%- endif %}
 
 

@@ -122,13 +122,19 @@ class ImageDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         loader = self.make_loader(self.train_set, shuffle=True)
         if self._resume_from is not None:
-            loader.load_state_dict(self._resume_from)
+            self.restore_loader(loader, self._resume_from, self._epoch_finished)
             self._resume_from = None
-            if self._epoch_finished:
-                # Replay the finished epoch's order once, leaving the shuffling generator where
-                # the next epoch starts, as it was in the run that wrote the checkpoint.
-                iter(loader)
         return loader
+
+    def restore_loader(
+        self, loader: DataLoader, state: dict[str, Any], epoch_finished: bool
+    ) -> None:
+        """Put a new training loader where the checkpoint's was (`make_loader`'s kind)."""
+        loader.load_state_dict(state)
+        if epoch_finished:
+            # Replay the finished epoch's order once, leaving the shuffling generator where
+            # the next epoch starts, as it was in the run that wrote the checkpoint.
+            iter(loader)
 
     def val_dataloader(self) -> DataLoader:
         return self.make_loader(self.val_set)
@@ -146,7 +152,7 @@ class ImageDataModule(L.LightningDataModule):
         data_class = f"{type(self).__module__}.{type(self).__qualname__}"
         state: dict[str, Any] = {"class_names": list(self.class_names), "class_path": data_class}
         loader = self.trainer.train_dataloader if self.trainer is not None else None
-        if isinstance(loader, StatefulDataLoader):
+        if callable(getattr(loader, "state_dict", None)):  # a loader that can resume
             state["train_loader"] = loader.state_dict()
             served = self.trainer.fit_loop.epoch_loop.batch_progress.current.ready
             state["epoch_finished"] = served >= self.trainer.num_training_batches

@@ -290,6 +290,9 @@ def log_hyperparameters(trainer: Trainer, config: object, metrics: dict[str, flo
     for logger in trainer.loggers:
         if isinstance(logger, TensorBoardLogger):
             logger.log_hyperparams(params, metrics)
+            # The test's end closed the writer; logging reopened one, with a background thread
+            # that writes later (or never): write it out and close it now.
+            logger.finalize("success")
         else:
             logger.log_hyperparams(params)
 

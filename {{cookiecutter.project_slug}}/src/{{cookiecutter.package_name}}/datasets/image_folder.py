@@ -8,9 +8,14 @@ without root/test, the validation images are used for testing. With data.folds, 
 validation images are a fold of root/train and root/val together (cross-validation).
 """
 
+import hashlib
+import json
+import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
+from lightning.pytorch.utilities import rank_zero_only
 from PIL import Image
 from torch.utils.data import ConcatDataset
 from torchvision import datasets
@@ -37,6 +42,23 @@ def eval_transform(image_size: int = 64) -> v2.Transform:
     )
 
 
+def train_transform(image_size: int = 64) -> v2.Transform:
+    """An image -> augmented training input: random crops and flips.
+
+    Change it to change the augmentation (training only; `eval_transform` serves validation,
+    test and prediction). The folder and its shards (shards.py) both train with it.
+    """
+    return v2.Compose(
+        [
+            v2.ToImage(),
+            v2.RandomResizedCrop(image_size, scale=(0.6, 1.0), antialias=True),
+            v2.RandomHorizontalFlip(),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(MEAN, STD),
+        ]
+    )
+
+
 def prediction_transform(input_shape: tuple[int, int, int]) -> v2.Transform:
     """An RGB image file (read as ImageFolder reads it) -> model input: `eval_transform`."""
     return eval_transform(input_shape[-1])
@@ -53,23 +75,63 @@ def image_files(folder: Path) -> list[Path]:
     return sorted(path for path in files if path.suffix.lower() in IMG_EXTENSIONS)
 
 
-def check_images(split: Path) -> None:
-    """Every class folder holds images and every image decodes; otherwise name what is wrong."""
+def split_files(split: Path) -> list[Path]:
+    """The image files of a split; a class folder without any is refused, naming it."""
+    files = []
     for name in class_folders(split):
-        files = image_files(split / name)
-        if not files:
+        found = image_files(split / name)
+        if not found:
             raise ConfigError(
                 f"{split / name} holds no image files ({', '.join(IMG_EXTENSIONS)}); "
                 "every class folder needs at least one"
             )
-        for path in files:
-            try:
-                with Image.open(path) as image:
-                    image.verify()
-            except (OSError, SyntaxError) as error:
-                raise ConfigError(
-                    f"{path} is not a readable image ({error}); remove or replace it"
-                ) from None
+        files += found
+    return files
+
+
+def check_images(files: Iterable[Path]) -> None:
+    """Every image decodes; otherwise name the first that does not."""
+    for path in files:
+        try:
+            with Image.open(path) as image:
+                image.verify()
+        except (OSError, SyntaxError) as error:
+            raise ConfigError(
+                f"{path} is not a readable image ({error}); remove or replace it"
+            ) from None
+
+
+def check_once(root: Path, splits: Iterable[str]) -> None:
+    """Decode every image of the splits once, and again only when a file changes.
+
+    Decoding tens of thousands of files takes seconds to minutes before the first step; a
+    passed check is remembered in the user's cache, keyed by every file's name, size and
+    modification time (listing them is cheap). Only the first process of a run checks: the
+    others start together with it, and a bad file stops it, and so the run, on one line.
+    """
+    files = [file for split in splits for file in split_files(root / split)]
+    if rank_zero_only.rank != 0:
+        return
+    listing = hashlib.sha256()
+    for file in files:
+        stat = file.stat()
+        listing.update(f"{file}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / __package__
+    folder_key = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
+    record = cache / "checked-images" / f"{folder_key}.json"
+    try:
+        if json.loads(record.read_text())["files"] == listing.hexdigest():
+            return
+    except (OSError, ValueError, KeyError):
+        pass  # never checked, or the record is unreadable: check
+    check_images(files)
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        partial = record.with_suffix(f".{os.getpid()}")
+        partial.write_text(json.dumps({"root": str(root.resolve()), "files": listing.hexdigest()}))
+        partial.replace(record)  # whole or not at all: a reader never sees half a record
+    except OSError:
+        pass  # a read-only home: the check runs again next time, nothing else changes
 
 
 class DataModule(ImageDataModule):
@@ -117,27 +179,13 @@ class DataModule(ImageDataModule):
                     f"{folder} has classes {class_folders(folder)}, but train has "
                     f"{list(self.class_names)}; every split needs the same class folders"
                 )
-        for split in ("train", "val", "test"):
-            # Read every file once now: a bad one is named before a run folder exists.
-            if (self.root / split).is_dir():
-                check_images(self.root / split)
+        # A bad image is named now, before a run folder exists.
+        check_once(self.root, [s for s in ("train", "val", "test") if (self.root / s).is_dir()])
         self.input_shape = (3, image_size, image_size)
 
     def train_transform(self) -> v2.Transform:
-        """An image file -> augmented training input: random crops and flips.
-
-        Override it to change the augmentation (training only; `eval_transform` serves
-        validation, test and prediction).
-        """
-        return v2.Compose(
-            [
-                v2.ToImage(),
-                v2.RandomResizedCrop(self.image_size, scale=(0.6, 1.0), antialias=True),
-                v2.RandomHorizontalFlip(),
-                v2.ToDtype(torch.float32, scale=True),
-                v2.Normalize(MEAN, STD),
-            ]
-        )
+        """An image file -> augmented training input (`train_transform` above)."""
+        return train_transform(self.image_size)
 
     def setup(self, stage: str | None = None) -> None:
         train, val = self.root / "train", self.root / "val"

@@ -1,0 +1,342 @@
+"""Image folders at scale: the start-up check runs once, and shards (convert.py) stream from
+a folder or an S3-compatible store with the folder's samples, splits, transforms and exact
+resume."""
+
+import datetime
+import ipaddress
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import fake_data
+import pytest
+import torch
+from conftest import FAST
+from litdata import StreamingDataset
+from shard_probe import fingerprint
+from torchvision import datasets
+
+from {{ cookiecutter.package_name }} import data as folder_data
+from {{ cookiecutter.package_name }}.data import DataModule, eval_transform
+from {{ cookiecutter.package_name }}.errors import ConfigError
+from {{ cookiecutter.package_name }}.shards import ImageShards, ShardsDataModule, convert
+from {{ cookiecutter.package_name }}.train import main
+
+PROJECT = Path(__file__).resolve().parents[1]
+TESTS = PROJECT / "tests"
+SHARDS_CONFIG = str(PROJECT / "configs" / "data" / "shards.yaml")
+RUN = Path("runs/default")
+# Small shards, so that a split spans several and each loader worker gets its own.
+CHUNK = "8KB"
+
+
+@pytest.fixture(scope="session")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("images")
+    fake_data.write_dataset(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def shards(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    output = tmp_path_factory.mktemp("shards")
+    convert(folder, str(output), image_size=16, workers=2, chunk_bytes=CHUNK)
+    return output
+
+
+def shard_args(location: str | Path, *args: str) -> list[str]:
+    # The shards' config first, then the test-only flags (FAST) that override it.
+    return ["--data", SHARDS_CONFIG, "--data.input_dir", str(location), *FAST, *args]
+
+
+@pytest.fixture
+def train_shards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable:
+    monkeypatch.chdir(tmp_path)
+    return lambda location, *args: main(shard_args(location, *args))
+
+
+def items(location: Path, split: str) -> list[dict]:
+    """The stored items of a split, in order, each with its file name as text."""
+    dataset = StreamingDataset(str(location / split))
+    stored = (dataset[i] for i in range(len(dataset)))
+    return [{**item, "file": bytes(item["file"]).decode()} for item in stored]
+
+
+def test_conversion_round_trip_keeps_every_image_label_split_and_the_class_order(
+    folder: Path, shards: Path
+) -> None:
+    metadata = json.loads((shards / "classes.json").read_text())
+    assert metadata["class_names"] == list(fake_data.CLASSES)
+    assert metadata["input_shape"] == [3, 16, 16]
+    reference = DataModule(root=folder, image_size=16)
+    reference.setup("fit")
+    # Without a val folder, validation is the folder module's seeded share of train/.
+    train = datasets.ImageFolder(folder / "train").samples
+    expected = {
+        "train": sorted(train[i] for i in reference.train_set.indices),
+        "val": sorted(train[i] for i in reference.val_set.indices),
+        "test": sorted(datasets.ImageFolder(folder / "test").samples),
+    }
+    for split, samples in expected.items():
+        stored = items(shards, split)
+        assert sorted((item["file"], item["label"]) for item in stored) == samples
+        for item in stored:  # the file's own bytes: still encoded, decoded when read
+            assert bytes(item["image"]) == Path(item["file"]).read_bytes()
+        assert metadata["samples"][split] == len(samples)
+    assert len(list((shards / "train").glob("*.bin"))) > 2  # several shards to share out
+
+
+def test_a_converted_split_is_kept_and_an_unfinished_one_done_again(
+    folder: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "shards"
+    convert(folder, str(output), image_size=16, workers=1)
+    kept = (output / "train" / "index.json").stat().st_mtime_ns
+    (output / "val" / "index.json").unlink()  # as if stopped while converting val
+    convert(folder, str(output), image_size=16, workers=1)
+    assert (output / "train" / "index.json").stat().st_mtime_ns == kept
+    counts = json.loads((output / "classes.json").read_text())["samples"]
+    assert len(items(output, "val")) == counts["val"]
+
+
+def test_a_bad_image_is_named_before_anything_is_converted(folder: Path, tmp_path: Path) -> None:
+    root = tmp_path / "images"
+    fake_data.write_dataset(root)
+    (root / "train" / "dog" / "4.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    result = subprocess.run(
+        [sys.executable, str(PROJECT / "convert.py"), "--root", str(root), "--output", "out"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {root / 'train' / 'dog' / '4.png'} is not a readable image "
+        + result.stderr.split("is not a readable image ", 1)[1].strip()
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_shards_are_refused_with_the_command_that_makes_them(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"holds no readable classes.json.*python convert.py"):
+        ShardsDataModule(input_dir=str(tmp_path))
+
+
+def test_training_from_local_shards_tests_predicts_and_exports(
+    train_shards: Callable, shards: Path, folder: Path
+) -> None:
+    metrics = train_shards(shards)
+    assert set(metrics) >= {"test/acc", "test/loss"}
+    config = (RUN / "version_0" / "config.yaml").read_text()
+    assert "ShardsDataModule" in config
+{%- if cookiecutter.deploy == "yes" %}
+    from {{ cookiecutter.package_name }}.inference import load_classifier
+
+    # Prediction needs no shards: the checkpoint names the data module's preprocessing.
+    classifier = load_classifier(RUN / "version_0" / "checkpoints" / "last.ckpt")
+    assert classifier.class_names == list(fake_data.CLASSES)
+{%- endif %}
+
+
+def test_streamed_batches_are_the_folder_images_through_the_same_transforms(
+    shards: Path, folder: Path
+) -> None:
+    streamed = ShardsDataModule(input_dir=str(shards), batch_size=4, num_workers=0)
+    streamed.setup("fit")
+    images, labels = next(iter(streamed.val_dataloader()))
+    assert images.shape == (4, 3, 16, 16) and labels.dtype == torch.int64
+    evaluation = folder_data.eval_transform(16)
+    first = items(shards, "val")[0]
+    reference = datasets.ImageFolder(Path(first["file"]).parents[1], transform=evaluation)
+    expected = reference[[path for path, _ in reference.samples].index(first["file"])][0]
+    assert torch.equal(images[0], expected)
+
+
+def test_kill_mid_epoch_then_resume_from_shards_matches_an_uninterrupted_run(
+    train_shards: Callable, shards: Path, tmp_path: Path
+) -> None:
+    """The resumed run reads exactly the images the killed run had not, in the same order and
+    with the same augmentations, and the epochs after it as the uninterrupted run did."""
+    exact = [
+        "--trainer.deterministic", "true", "--max_epochs", "3",
+        "--trainer.limit_train_batches", "1.0", "--data.batch_size", "16",
+        "--step_checkpoint.every_n_train_steps", "3",
+    ]  # fmt: skip
+    uninterrupted = train_shards(shards, *exact)
+    killed = subprocess.run(
+        [sys.executable, str(PROJECT / "train.py"), *shard_args(shards, *exact),
+         "--trainer.callbacks+=interrupt.SignalAtStep", "--trainer.callbacks.init_args.step", "8"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    saved = torch.load(RUN / "version_1/checkpoints/last.ckpt", weights_only=True)
+    assert saved["global_step"] == 6  # mid-epoch: 5 batches an epoch
+    resumed = train_shards(shards, *exact, "--ckpt_path", "last", "--trainer.callbacks", "[]")
+    assert resumed == uninterrupted  # same test metrics, to the last bit
+    reference = torch.load(RUN / "version_0/checkpoints/last.ckpt", weights_only=True)
+    final = torch.load(RUN / "version_1/checkpoints/last.ckpt", weights_only=True)
+    assert final["global_step"] == reference["global_step"] == 15
+    for name, tensor in reference["state_dict"].items():
+        assert torch.equal(final["state_dict"][name], tensor), name
+
+
+@pytest.mark.slow
+def test_two_processes_see_every_training_image_once_per_epoch(
+    shards: Path, tmp_path: Path
+) -> None:
+    seen = tmp_path / "seen"
+    result = subprocess.run(
+        [sys.executable, str(PROJECT / "train.py"), *shard_args(shards),
+         "--devices", "2", "--data.num_workers", "2", "--data.batch_size", "4",
+         "--trainer.limit_train_batches", "1.0", "--max_epochs", "2",
+         "--trainer.callbacks+=shard_probe.RecordSamples",
+         "--trainer.callbacks.init_args.folder", str(seen)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS)},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    stored = ImageShards(str(shards / "train"), eval_transform(16))
+    files = [item["file"] for item in items(shards, "train")]
+    file_of = {fingerprint(stored[i][0]): files[i] for i in range(len(stored))}
+    every = set(files)
+    for epoch in (0, 1):
+        ranks = [
+            [file_of[f] for f in json.loads((seen / f"epoch{epoch}_rank{r}.json").read_text())]
+            for r in (0, 1)
+        ]
+        files = ranks[0] + ranks[1]
+        assert len(ranks[0]) == len(ranks[1])  # in step: the same number of batches
+        assert len(files) == len(set(files)), "an image was seen twice in one epoch"
+        assert set(files) <= every
+        # LitData drops the last few of an epoch so the processes stay in step.
+        assert len(every) - len(files) < 2 * 2 * 4
+
+
+def certificates(folder: Path) -> tuple[Path, Path, Path]:
+    """A certificate authority, and a certificate for 127.0.0.1 that it signed, with its key."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    def sign(subject: str, key: ec.EllipticCurvePrivateKey, ca_key: ec.EllipticCurvePrivateKey) -> bytes:
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+        issuer = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(issuer)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(datetime.datetime(2000, 1, 1))
+            .not_valid_after(datetime.datetime(2100, 1, 1))
+            .add_extension(x509.BasicConstraints(ca=key is ca_key, path_length=None), True)
+        )
+        if key is not ca_key:
+            address = x509.IPAddress(ipaddress.ip_address(subject))
+            builder = builder.add_extension(x509.SubjectAlternativeName([address]), False)
+        return builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    paths = folder / "ca.pem", folder / "server.pem", folder / "server.key"
+    paths[0].write_bytes(sign("test CA", ca_key, ca_key))
+    paths[1].write_bytes(sign("127.0.0.1", key, ca_key))
+    paths[2].write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return paths
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    """An S3-compatible server (moto) on loopback, over HTTPS with a certificate authority of
+    its own, holding an empty bucket; yields the bucket's s3:// URL."""
+    import boto3
+    from moto.server import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import make_server
+
+    ca, certificate, key = certificates(tmp_path)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app = DomainDispatcherApplication(create_backend_app)
+    tls = (str(certificate), str(key))
+    server = make_server("127.0.0.1", port, app, threaded=True, ssl_context=tls)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # Where a real bucket's settings come from too: the usual AWS variables. The certificate
+    # authority is trusted by boto3 (AWS_CA_BUNDLE) and by LitData's fast path (SSL_CERT_FILE).
+    for name, value in {
+        "AWS_ENDPOINT_URL": f"https://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CA_BUNDLE": str(ca),
+        "SSL_CERT_FILE": str(ca),
+    }.items():
+        monkeypatch.setenv(name, value)
+    boto3.client("s3").create_bucket(Bucket="images")
+    try:
+        yield "s3://images/shards"
+    finally:
+        server.shutdown()
+
+
+def test_training_from_an_s3_bucket_keeps_the_cache_within_its_limit(
+    s3: str, folder: Path, train_shards: Callable, tmp_path: Path
+) -> None:
+    import boto3
+
+    metadata = convert(folder, s3, image_size=16, workers=1, chunk_bytes=CHUNK)
+    assert metadata["class_names"] == list(fake_data.CLASSES)
+    listing = boto3.client("s3").list_objects_v2(Bucket="images")["Contents"]
+    stored = sum(o["Size"] for o in listing if o["Key"].startswith("shards/train/chunk"))
+    cache, limit = tmp_path / "cache", 30_000
+    assert stored > 2 * limit  # more than the cache may hold: it has to make room
+    metrics = train_shards(
+        s3, "--data.cache_dir", str(cache), "--data.max_cache_size", str(limit),
+        "--trainer.limit_train_batches", "1.0", "--max_epochs", "2",
+        "--trainer.callbacks+=shard_probe.CacheSize",
+        "--trainer.callbacks.init_args.folder", str(cache / "train"),
+    )  # fmt: skip
+    assert set(metrics) >= {"test/acc", "test/loss"}
+    sizes = json.loads((cache / "train_sizes.json").read_text())
+    assert max(sizes) > 0, "nothing was read into the cache"
+    assert max(sizes) <= limit, sizes
+
+
+def test_the_folder_check_runs_once_and_again_when_a_file_changes(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    decoded: list[Path] = []
+    check = folder_data.check_images
+    monkeypatch.setattr(
+        folder_data, "check_images", lambda files: decoded.extend(files) or check(files)
+    )
+    files = sorted([*(folder / "train").rglob("*.png"), *(folder / "test").rglob("*.png")])
+
+    DataModule(root=folder)
+    assert sorted(decoded) == files  # the first start decodes every image
+    decoded.clear()
+    DataModule(root=folder)
+    assert decoded == []  # the next starts only list them
+    changed = folder / "test" / "cat" / "0.png"
+    os.utime(changed, ns=(changed.stat().st_atime_ns, changed.stat().st_mtime_ns + 1))
+    DataModule(root=folder)
+    assert sorted(decoded) == files  # a changed file: checked again
+    decoded.clear()
+    from lightning.pytorch.utilities import rank_zero_only
+
+    (tmp_path / "cache").rename(tmp_path / "gone")
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    DataModule(root=folder)
+    assert decoded == []  # another process of the run: the first process checks
