@@ -53,6 +53,7 @@ FEATURE_FILES = {
 SHARDS_FILES = [
     Path("convert.py"), PACKAGE / "shards.py", Path("configs") / "data",
     Path("tests") / "test_shards.py", Path("tests") / "shard_probe.py",
+    Path("tests") / "s3_server.py",
 ]  # fmt: skip
 
 

@@ -1,12 +1,16 @@
-"""Callbacks for the shards tests: what each process trained on, what the cache holds."""
+"""For the shards tests: what each process trained on, what the cache holds; a conversion
+that dies part of the way."""
 
 import hashlib
 import json
+import os
+import signal
 from pathlib import Path
 
 import lightning as L
 from torch import Tensor
 
+from {{ cookiecutter.package_name }} import shards
 from {{ cookiecutter.package_name }}.data import eval_transform
 
 
@@ -53,3 +57,12 @@ class CacheSize(L.Callback):
     def on_train_end(self, *_: object) -> None:
         target = self.folder.with_name(f"{self.folder.name}_sizes.json")
         target.write_text(json.dumps(self.sizes))
+
+
+def encode_until_stop(sample: list) -> dict:
+    """shards.encode, until the file named by $STOP_AT: there the conversion is killed, all of
+    it ($STOP=group: a Ctrl-C or a scheduler's kill) or only this worker process."""
+    if sample[0] == os.environ["STOP_AT"]:
+        os.killpg(os.getpgid(0), signal.SIGKILL) if os.environ["STOP"] == "group" else None
+        os.kill(os.getpid(), signal.SIGKILL)
+    return shards.encode(sample)

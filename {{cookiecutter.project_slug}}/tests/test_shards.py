@@ -2,15 +2,12 @@
 a folder or an S3-compatible store with the folder's samples, splits, transforms and exact
 resume."""
 
-import datetime
-import ipaddress
 import json
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,13 +16,14 @@ import pytest
 import torch
 from conftest import FAST
 from litdata import StreamingDataset
+from s3_server import s3_server
 from shard_probe import fingerprint
 from torchvision import datasets
 
 from {{ cookiecutter.package_name }} import data as folder_data
 from {{ cookiecutter.package_name }}.data import DataModule, eval_transform
 from {{ cookiecutter.package_name }}.errors import ConfigError
-from {{ cookiecutter.package_name }}.shards import ImageShards, ShardsDataModule, convert
+from {{ cookiecutter.package_name }}.shards import ImageShards, ShardsDataModule, convert, converted
 from {{ cookiecutter.package_name }}.train import main
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -103,6 +101,48 @@ def test_a_converted_split_is_kept_and_an_unfinished_one_done_again(
     assert (output / "train" / "index.json").stat().st_mtime_ns == kept
     counts = json.loads((output / "classes.json").read_text())["samples"]
     assert len(items(output, "val")) == counts["val"]
+
+
+@pytest.mark.parametrize("stop", ["group", "worker"])
+def test_a_conversion_killed_part_of_the_way_goes_on_where_it_stopped(
+    folder: Path, tmp_path: Path, stop: str
+) -> None:
+    output = tmp_path / "shards"
+    args = ["--root", str(folder), "--output", str(output), "--workers", "1"]
+    args += ["--chunk_bytes", CHUNK]
+    dies = "from {{ cookiecutter.package_name }} import shards; import shard_probe; "
+    dies += "shards.encode = shard_probe.encode_until_stop; shards.main()"
+    stop_at = sorted((folder / "train" / fake_data.CLASSES[1]).iterdir())[5]  # in the middle
+    environment = {**os.environ, "PYTHONPATH": str(TESTS), "STOP_AT": str(stop_at), "STOP": stop}
+    killed = subprocess.run(
+        [sys.executable, "-c", dies, *args], env=environment, capture_output=True, text=True,
+        timeout=300, start_new_session=True,  # a process group of its own, to be killed
+    )  # fmt: skip
+    assert killed.returncode != 0
+    if stop == "worker":  # the conversion itself goes on, and says what happened
+        said = r"error: converting train stopped after \d+ of \d+ images .* to go on"
+        assert [line for line in killed.stderr.splitlines() if re.fullmatch(said, line)]
+    assert converted(str(output), "train") is None  # train is not finished
+    written = {path: path.stat().st_mtime_ns for path in (output / "train").glob("*.bin")}
+    assert written  # but some of its shards are
+
+    result = subprocess.run(
+        [sys.executable, str(PROJECT / "convert.py"), *args],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    if stop == "group":  # it went on: the shards written before the kill stay as they were
+        assert all(path.stat().st_mtime_ns == mtime for path, mtime in written.items())
+    files = sorted(item["file"] for item in items(output, "train"))
+    assert files == sorted(str(path) for path, _ in train_samples(folder))
+
+
+def train_samples(folder: Path) -> list[tuple[str, int]]:
+    """The folder module's training samples (without a val folder: after the held-out share)."""
+    reference = DataModule(root=folder, image_size=16)
+    reference.setup("fit")
+    train = datasets.ImageFolder(folder / "train").samples
+    return [train[i] for i in reference.train_set.indices]
 
 
 def test_a_bad_image_is_named_before_anything_is_converted(folder: Path, tmp_path: Path) -> None:
@@ -217,77 +257,16 @@ def test_two_processes_see_every_training_image_once_per_epoch(
         assert len(every) - len(files) < 2 * 2 * 4
 
 
-def certificates(folder: Path) -> tuple[Path, Path, Path]:
-    """A certificate authority, and a certificate for 127.0.0.1 that it signed, with its key."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    def sign(subject: str, key: ec.EllipticCurvePrivateKey, ca_key: ec.EllipticCurvePrivateKey) -> bytes:
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-        issuer = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(issuer)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(datetime.datetime(2000, 1, 1))
-            .not_valid_after(datetime.datetime(2100, 1, 1))
-            .add_extension(x509.BasicConstraints(ca=key is ca_key, path_length=None), True)
-        )
-        if key is not ca_key:
-            address = x509.IPAddress(ipaddress.ip_address(subject))
-            builder = builder.add_extension(x509.SubjectAlternativeName([address]), False)
-        return builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
-
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    paths = folder / "ca.pem", folder / "server.pem", folder / "server.key"
-    paths[0].write_bytes(sign("test CA", ca_key, ca_key))
-    paths[1].write_bytes(sign("127.0.0.1", key, ca_key))
-    paths[2].write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return paths
-
-
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
-    """An S3-compatible server (moto) on loopback, over HTTPS with a certificate authority of
-    its own, holding an empty bucket; yields the bucket's s3:// URL."""
+    """An S3-compatible server on loopback holding an empty bucket; yields its s3:// URL."""
     import boto3
-    from moto.server import DomainDispatcherApplication, create_backend_app
-    from werkzeug.serving import make_server
 
-    ca, certificate, key = certificates(tmp_path)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    app = DomainDispatcherApplication(create_backend_app)
-    tls = (str(certificate), str(key))
-    server = make_server("127.0.0.1", port, app, threaded=True, ssl_context=tls)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    # Where a real bucket's settings come from too: the usual AWS variables. The certificate
-    # authority is trusted by boto3 (AWS_CA_BUNDLE) and by LitData's fast path (SSL_CERT_FILE).
-    for name, value in {
-        "AWS_ENDPOINT_URL": f"https://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_CA_BUNDLE": str(ca),
-        "SSL_CERT_FILE": str(ca),
-    }.items():
-        monkeypatch.setenv(name, value)
-    boto3.client("s3").create_bucket(Bucket="images")
-    try:
+    with s3_server(tmp_path) as variables:
+        for name, value in variables.items():
+            monkeypatch.setenv(name, value)
+        boto3.client("s3").create_bucket(Bucket="images")
         yield "s3://images/shards"
-    finally:
-        server.shutdown()
 
 
 def test_training_from_an_s3_bucket_keeps_the_cache_within_its_limit(

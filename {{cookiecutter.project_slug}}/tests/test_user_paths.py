@@ -400,6 +400,18 @@ def test_repeat_and_results_commands_as_the_readme_shows_them(workspace: Path, o
     assert sorted(summary["runs"]) == [f"fold_{k}" for k in range(5)]
     markdown = run(as_typed(shown("python results.py runs/"), epochs=False), workspace, output)
     assert "| runs/repeats/cv5 |" in markdown.output
+{%- if cookiecutter.dataset == "image_folder" %}
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_shards_commands_as_the_readme_shows_them(workspace: Path, output: str) -> None:
+    converted = run(as_typed(shown("python convert.py"), epochs=False), workspace, output)
+    assert "Shards: shards (" in converted.output
+    train = shown("python train.py --data configs/data/shards.yaml")
+    trained = run(as_typed(train), workspace, output)
+    assert "Test:" in trained.output
+    assert "ShardsDataModule" in (newest_run(workspace) / "config.yaml").read_text()
+{%- endif %}
 {%- if cookiecutter.deploy == "yes" %}
 
 

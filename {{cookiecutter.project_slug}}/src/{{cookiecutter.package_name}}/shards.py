@@ -35,7 +35,7 @@ SPLITS = ("train", "val", "test")
 METADATA = "classes.json"
 
 
-def encode(sample: tuple[str, int]) -> dict[str, Any]:
+def encode(sample: list) -> dict[str, Any]:
     """One shard item: the image file's bytes as they are (still encoded), its label, and
     the file it came from, to name it (as bytes: LitData stores a text that names an image
     file as that file's pixels)."""
@@ -47,21 +47,36 @@ def is_remote(location: str) -> bool:
     return location.startswith("s3://")
 
 
+def read_file(location: str, name: str) -> bytes:
+    """The file `name` under `location`: a folder or an s3:// URL (OSError if it is not there)."""
+    if not is_remote(location):
+        return (Path(location) / name).read_bytes()
+    import boto3  # LitData's own S3 client: credentials and endpoint from the AWS_* variables
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, _, prefix = location.removeprefix("s3://").partition("/")
+    try:
+        key = f"{prefix.rstrip('/')}/{name}".lstrip("/")
+        return boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+    except (BotoCoreError, ClientError) as error:
+        raise OSError(str(error)) from None
+
+
+def write_file(location: str, name: str, data: bytes) -> None:
+    if is_remote(location):
+        import boto3
+
+        bucket, _, prefix = location.removeprefix("s3://").partition("/")
+        key = f"{prefix.rstrip('/')}/{name}".lstrip("/")
+        boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=data)
+    else:
+        (Path(location) / name).write_bytes(data)
+
+
 def read_metadata(location: str) -> dict[str, Any]:
     """The classes.json of converted shards, local or in an S3 bucket."""
     try:
-        if is_remote(location):
-            import boto3  # LitData's own S3 client: credentials and endpoint from AWS_* variables
-            from botocore.exceptions import BotoCoreError, ClientError
-
-            bucket, _, prefix = location.removeprefix("s3://").partition("/")
-            try:
-                key = f"{prefix.rstrip('/')}/{METADATA}".lstrip("/")
-                body = boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
-            except (BotoCoreError, ClientError) as error:
-                raise OSError(str(error)) from None
-            return json.loads(body)
-        return json.loads((Path(location) / METADATA).read_text())
+        return json.loads(read_file(location, METADATA))
     except (OSError, ValueError) as error:
         raise ConfigError(
             f"data.input_dir {location!r} holds no readable {METADATA} ({error}); convert an "
@@ -69,23 +84,13 @@ def read_metadata(location: str) -> dict[str, Any]:
         ) from None
 
 
-def write_metadata(location: str, metadata: dict[str, Any]) -> None:
-    text = json.dumps(metadata, indent=2)
-    if is_remote(location):
-        import boto3
-
-        bucket, _, prefix = location.removeprefix("s3://").partition("/")
-        key = f"{prefix.rstrip('/')}/{METADATA}".lstrip("/")
-        boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=text.encode())
-    else:
-        (Path(location) / METADATA).write_text(text)
-
-
-def split_done(location: str, split: str) -> bool:
-    """Whether a split was converted to the end (LitData writes index.json last)."""
-    if is_remote(location):
-        return False  # converted again: uploading is what remote conversion costs anyway
-    return (Path(location) / split / "index.json").is_file()
+def converted(location: str, split: str) -> int | None:
+    """How many images a split's shards hold (None: the split was not converted to the end)."""
+    try:
+        index = json.loads(read_file(location, f"{split}/index.json"))
+    except (OSError, ValueError):
+        return None  # LitData writes index.json last
+    return sum(chunk["chunk_size"] for chunk in index["chunks"])
 
 
 def convert(
@@ -107,7 +112,8 @@ def convert(
     folder = DataModule(root=root, image_size=image_size, val_fraction=val_fraction, seed=seed)
     folder.setup("fit")
     samples = {
-        split: [(str(path), int(label)) for path, label in samples_of(dataset)]
+        # Lists, not tuples: LitData compares them with their JSON copy to resume.
+        split: [[str(path), int(label)] for path, label in samples_of(dataset)]
         for split, dataset in (
             ("train", folder.train_set),
             ("val", folder.val_set),
@@ -117,7 +123,7 @@ def convert(
     if not is_remote(output):
         Path(output).mkdir(parents=True, exist_ok=True)
     for split in SPLITS:
-        if split_done(output, split):
+        if not is_remote(output) and converted(output, split) == len(samples[split]):
             print(f"{split}: converted already ({output}/{split})")
             continue
         print(f"{split}: {len(samples[split])} images -> {output}/{split}")
@@ -131,13 +137,22 @@ def convert(
             reorder_files=False,  # keep the order: shard k holds a contiguous run of files
             mode="overwrite" if is_remote(output) else None,
         )
+        # LitData finishes a split whose worker was killed as if it were whole: say so, and
+        # leave the split unfinished, so that running the command again goes on with it.
+        if (done := converted(output, split)) != len(samples[split]):
+            if not is_remote(output):
+                (Path(output) / split / "index.json").unlink(missing_ok=True)
+            raise ConfigError(
+                f"converting {split} stopped after {done or 0} of {len(samples[split])} images "
+                "(a worker process ended early); run the same command again to go on"
+            )
     metadata = {
         "class_names": list(folder.class_names),
         "input_shape": list(folder.input_shape),
         "samples": {split: len(samples[split]) for split in SPLITS},
         "source": str(root),
     }
-    write_metadata(output, metadata)
+    write_file(output, METADATA, json.dumps(metadata, indent=2).encode())
     return metadata
 
 
