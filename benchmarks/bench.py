@@ -35,7 +35,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from cookiecutter.main import cookiecutter
+from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "image_folder")
@@ -46,6 +48,22 @@ QUICK_SIZES = {"idx": {"train": 600, "t10k": 100}, "cifar_per_batch": 100}
 SHARED_MNIST = REPO.parent / "shared" / "data" / "mnist"
 # Digits: each data seed is another train/val/test split; 0, the default, is `python train.py`.
 DIGITS_SEEDS = (0, 1, 2)
+
+
+def write_folder(root: Path, files: int) -> list[str]:
+    """An image folder of `files` small PNG files (10 classes, 90% train/, 10% test/), written
+    once; its data arguments."""
+    written = root / "data_args.json"
+    if not written.exists():
+        rng = np.random.default_rng(0)
+        for index in range(files):
+            split = "test" if index % 10 == 0 else "train"
+            folder = root / split / f"class_{index // 10 % 10}"
+            folder.mkdir(parents=True, exist_ok=True)
+            pixels = rng.integers(0, 256, (28, 28, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / f"{index:06d}.png")
+        written.write_text(json.dumps(["--data.root", str(root), "--data.image_size", "28"]))
+    return json.loads(written.read_text())
 
 
 def render(dataset: str, output: Path) -> Path:
@@ -372,6 +390,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch CPU threads (1 steadies a shared machine)"
     )
+    parser.add_argument(
+        "--folder-files",
+        type=int,
+        default=50_000,
+        help="files of the image folder that the data paths (files, local shards, S3 shards) "
+        "read; 0: skip them",
+    )
     parser.add_argument("--accelerator", default="cpu", choices=["cpu", "gpu"])
     parser.add_argument("--workdir", type=Path, default=REPO / "build" / "bench")
     parser.add_argument(
@@ -383,9 +408,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     workdir.mkdir(parents=True, exist_ok=True)
     common = ["--accelerator", options.accelerator, "--rounds", str(rounds)]
     common += [] if options.threads is None else ["--threads", str(options.threads)]
-    used = sorted({"digits", *options.compare, *options.loaders, *options.accuracy})
+    folder_files = min(options.folder_files, 300) if options.quick else options.folder_files
+    paths = ["image_folder"] if folder_files else []
+    used = sorted({"digits", *options.compare, *options.loaders, *options.accuracy, *paths})
     projects = {d: render(d, workdir / "projects") for d in used}
-    data = {d: write_data(projects[d], d, workdir / "data" / d, options.quick) for d in used}
+    data = {
+        d: write_data(projects[d], d, workdir / "data" / d, options.quick)
+        for d in used
+        if d in {"digits", *options.compare, *options.loaders, *options.accuracy}
+    }
     mnist = None if options.quick or "mnist" not in used else real_mnist(workdir / "data" / "real")
     if mnist is not None:
         data["mnist"] = mnist
@@ -420,6 +451,18 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         out = workdir / f"accuracy-{dataset}.json"
         raw[f"accuracy/{dataset}"] = measure(projects[dataset], "accuracy", out, *args)
         rows += summarise_accuracy(labels[dataset], raw[f"accuracy/{dataset}"])
+    if folder_files:
+        folder = write_folder(workdir / "data" / f"folder-{folder_files}", folder_files)
+        limit = 3 if options.quick else options.loader_batches
+        args = [*common, "--data-args", json.dumps(folder), "--limit", str(limit)]
+        out = workdir / "paths.json"
+        raw["paths"] = measure(projects["image_folder"], "paths", out, *args)
+        label = f"image folder of {folder_files:,} files"
+        unit = {"samples/s": "samples/s"}
+        rows += [
+            row(f"{label}: {key}", unit.get(key.rsplit(": ", 1)[-1], "s"), values)
+            for key, values in raw["paths"].items()
+        ]
     print(table(rows))
     out = options.out or workdir / "results.json"
     out.write_text(json.dumps({"rows": rows, "raw": raw}, indent=1))

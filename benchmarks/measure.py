@@ -419,6 +419,78 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+def paths(options: argparse.Namespace) -> dict[str, Any]:
+    """The image folder's three data paths over one folder: the files themselves, the shards
+    convert.py makes of them on local disk, and those shards through an S3-compatible server
+    on loopback (tests/s3_server.py, its own process). Per path and round: the time from
+    building the data module to its first training batch (default workers, a cold S3 cache),
+    then training samples per second out of the loader. Before them: the folder module's
+    start-up, first (every image decoded) and later (the check remembered), and the
+    conversion."""
+    import boto3
+    from s3_server import s3_server
+
+    data = importlib.import_module(f"{options.package}.data")
+    shards = importlib.import_module(f"{options.package}.shards")
+    kwargs = data_kwargs_of(options.data_args)
+    results: dict[str, list[float]] = {}
+
+    def timed(key: str, work: Callable[[], Any]) -> Any:
+        start = time.perf_counter()
+        done = work()
+        results.setdefault(key, []).append(time.perf_counter() - start)
+        return done
+
+    os.environ["XDG_CACHE_HOME"] = str(Path("cache").resolve())  # no check remembered yet
+    timed("folder start-up, first (decodes every image)", lambda: data.DataModule(**kwargs))
+    for _ in range(options.rounds):
+        timed("folder start-up, later (lists the files)", lambda: data.DataModule(**kwargs))
+    local = Path("shards").resolve()
+    size = kwargs.get("image_size", 64)
+    timed("convert to local shards", lambda: shards.convert(kwargs["root"], str(local), size))
+    with s3_server(Path(".")) as variables:
+        os.environ.update(variables)
+        client = boto3.client("s3")
+        client.create_bucket(Bucket="bench")
+        for path in local.rglob("*"):
+            if path.is_file() and ".checkpoints" not in path.parts:
+                client.upload_file(str(path), "bench", f"shards/{path.relative_to(local)}")
+        batch = {"batch_size": kwargs.get("batch_size", 32)}
+        sides = {
+            "folder": lambda: data.DataModule(**kwargs),
+            "local shards": lambda: shards.ShardsDataModule(str(local), **batch),
+            "S3 shards": lambda: shards.ShardsDataModule(
+                "s3://bench/shards", cache_dir=Path(tempfile.mkdtemp(dir=".")), **batch
+            ),
+        }
+        for make in sides.values():  # untimed: one-off costs (the workers' fork server)
+            next(iter(make_loaded(make)))
+        for _ in range(options.rounds):
+            for name, make in sides.items():
+                start = time.perf_counter()
+                batches = iter(make_loaded(make))
+                next(batches)
+                results.setdefault(f"{name}: time to first batch", []).append(
+                    time.perf_counter() - start
+                )
+                start, count = time.perf_counter(), 0
+                for step, (images, _) in enumerate(batches):
+                    if options.limit is not None and step == options.limit:
+                        break
+                    count += len(images)
+                results.setdefault(f"{name}: samples/s", []).append(
+                    count / (time.perf_counter() - start)
+                )
+                del batches  # its loader workers end before the next side starts
+    return results
+
+
+def make_loaded(make: Callable[[], Any]) -> DataLoader:
+    dm = make()
+    dm.setup("fit")
+    return dm.train_dataloader()
+
+
 def samples_per_second(
     loader: DataLoader, finish: Callable, limit: int | None, device: torch.device
 ) -> float:
@@ -436,7 +508,7 @@ def samples_per_second(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("question", choices=["compare", "throughput", "accuracy"])
+    parser.add_argument("question", choices=["compare", "throughput", "accuracy", "paths"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="accuracy: data seeds")
     parser.add_argument("--package-dataset", default="", help="accuracy: the render's dataset")
     parser.add_argument("--package", required=True)
@@ -463,7 +535,9 @@ def main() -> None:
         trust()
     with tempfile.TemporaryDirectory() as folder:
         os.chdir(folder)  # run folders and checkpoints of the Trainer go there
-        questions = {"compare": compare, "throughput": throughput, "accuracy": accuracy}
+        questions = {
+            "compare": compare, "throughput": throughput, "accuracy": accuracy, "paths": paths
+        }  # fmt: skip
         result = questions[options.question](options)
     options.out.write_text(json.dumps(result))
 

@@ -90,19 +90,6 @@ def test_conversion_round_trip_keeps_every_image_label_split_and_the_class_order
     assert len(list((shards / "train").glob("*.bin"))) > 2  # several shards to share out
 
 
-def test_a_converted_split_is_kept_and_an_unfinished_one_done_again(
-    folder: Path, tmp_path: Path
-) -> None:
-    output = tmp_path / "shards"
-    convert(folder, str(output), image_size=16, workers=1)
-    kept = (output / "train" / "index.json").stat().st_mtime_ns
-    (output / "val" / "index.json").unlink()  # as if stopped while converting val
-    convert(folder, str(output), image_size=16, workers=1)
-    assert (output / "train" / "index.json").stat().st_mtime_ns == kept
-    counts = json.loads((output / "classes.json").read_text())["samples"]
-    assert len(items(output, "val")) == counts["val"]
-
-
 @pytest.mark.parametrize("stop", ["group", "worker"])
 def test_a_conversion_killed_part_of_the_way_goes_on_where_it_stopped(
     folder: Path, tmp_path: Path, stop: str
@@ -135,6 +122,14 @@ def test_a_conversion_killed_part_of_the_way_goes_on_where_it_stopped(
         assert all(path.stat().st_mtime_ns == mtime for path, mtime in written.items())
     files = sorted(item["file"] for item in items(output, "train"))
     assert files == sorted(str(path) for path, _ in train_samples(folder))
+    # Once more: every split is kept as it is.
+    kept = {path: path.stat().st_mtime_ns for path in output.rglob("index.json")}
+    again = subprocess.run(
+        [sys.executable, str(PROJECT / "convert.py"), *args],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert again.stdout.count("converted already") == 3, again.stdout
+    assert kept == {path: path.stat().st_mtime_ns for path in output.rglob("index.json")}
 
 
 def train_samples(folder: Path) -> list[tuple[str, int]]:
