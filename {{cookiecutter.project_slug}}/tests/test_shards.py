@@ -220,7 +220,6 @@ def test_kill_mid_epoch_then_resume_from_shards_matches_an_uninterrupted_run(
         assert torch.equal(final["state_dict"][name], tensor), name
 
 
-@pytest.mark.slow
 def test_two_processes_see_every_training_image_once_per_epoch(
     shards: Path, tmp_path: Path
 ) -> None:
