@@ -69,6 +69,22 @@ def test_batch_augmentation_only_for_datasets_held_in_memory(rendered: Render) -
         assert path.is_file() == in_memory, path
 
 
+def test_shards_only_for_image_folders(rendered: Render) -> None:
+    folder = rendered.answers["dataset"] == "image_folder"
+    for path in (
+        rendered.path / "convert.py",
+        rendered.package / "shards.py",
+        rendered.path / "configs" / "data" / "shards.yaml",
+        *(
+            rendered.path / "tests" / f"{name}.py"
+            for name in ("test_shards", "shard_probe", "s3_server")
+        ),
+    ):
+        assert path.is_file() == folder, path
+    requirements = tomllib.loads((rendered.path / "pyproject.toml").read_text())["project"]
+    assert any(r.startswith("litdata") for r in requirements["dependencies"]) == folder
+
+
 def test_license(rendered: Render) -> None:
     license_file = rendered.path / "LICENSE"
     chosen = rendered.answers["license"]

@@ -5,6 +5,7 @@ resume."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -99,7 +100,7 @@ def test_a_conversion_killed_part_of_the_way_goes_on_where_it_stopped(
     args += ["--chunk_bytes", CHUNK]
     dies = "from {{ cookiecutter.package_name }} import shards; import shard_probe; "
     dies += "shards.encode = shard_probe.encode_until_stop; shards.main()"
-    stop_at = sorted((folder / "train" / fake_data.CLASSES[1]).iterdir())[5]  # in the middle
+    stop_at = train_samples(folder)[30][0]  # in the middle of train
     environment = {**os.environ, "PYTHONPATH": str(TESTS), "STOP_AT": str(stop_at), "STOP": stop}
     killed = subprocess.run(
         [sys.executable, "-c", dies, *args], env=environment, capture_output=True, text=True,
@@ -107,7 +108,7 @@ def test_a_conversion_killed_part_of_the_way_goes_on_where_it_stopped(
     )  # fmt: skip
     assert killed.returncode != 0
     if stop == "worker":  # the conversion itself goes on, and says what happened
-        said = r"error: converting train stopped after \d+ of \d+ images .* to go on"
+        said = r"error: converting train stopped after \d+ of \d+ images .* to convert it"
         assert [line for line in killed.stderr.splitlines() if re.fullmatch(said, line)]
     assert converted(str(output), "train") is None  # train is not finished
     written = {path: path.stat().st_mtime_ns for path in (output / "train").glob("*.bin")}
@@ -130,14 +131,30 @@ def test_a_conversion_killed_part_of_the_way_goes_on_where_it_stopped(
     )  # fmt: skip
     assert again.stdout.count("converted already") == 3, again.stdout
     assert kept == {path: path.stat().st_mtime_ns for path in output.rglob("index.json")}
+    if stop == "group":  # another seed holds out other images: train and val are done again
+        reseeded = subprocess.run(
+            [sys.executable, str(PROJECT / "convert.py"), *args, "--seed", "1"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert reseeded.stdout.count("converted already") == 1, reseeded.stdout  # test
+        files = sorted(item["file"] for item in items(output, "val"))
+        assert files == sorted(str(path) for path, _ in held_out(folder, seed=1))
 
 
-def train_samples(folder: Path) -> list[tuple[str, int]]:
+def train_samples(folder: Path, seed: int = 0) -> list[tuple[str, int]]:
     """The folder module's training samples (without a val folder: after the held-out share)."""
-    reference = DataModule(root=folder, image_size=16)
+    reference = DataModule(root=folder, image_size=16, seed=seed)
     reference.setup("fit")
     train = datasets.ImageFolder(folder / "train").samples
     return [train[i] for i in reference.train_set.indices]
+
+
+def held_out(folder: Path, seed: int = 0) -> list[tuple[str, int]]:
+    """The folder module's validation samples, held out of train/."""
+    reference = DataModule(root=folder, image_size=16, seed=seed)
+    reference.setup("fit")
+    train = datasets.ImageFolder(folder / "train").samples
+    return [train[i] for i in reference.val_set.indices]
 
 
 def test_a_bad_image_is_named_before_anything_is_converted(folder: Path, tmp_path: Path) -> None:
@@ -156,12 +173,18 @@ def test_a_bad_image_is_named_before_anything_is_converted(folder: Path, tmp_pat
     assert not (tmp_path / "out").exists()
 
 
-def test_missing_shards_are_refused_with_the_command_that_makes_them(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"holds no readable classes.json.*python convert.py"):
+def test_missing_shards_and_settings_shards_cannot_have_are_refused(
+    tmp_path: Path, shards: Path
+) -> None:
+    with pytest.raises(ConfigError, match=r"holds no finished conversion.*python convert.py"):
         ShardsDataModule(input_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match=r"data.input_dir 'gs://b/x': a folder or an s3://"):
+        ShardsDataModule(input_dir="gs://b/x")
+    with pytest.raises(ConfigError, match=r"data.folds: shards keep the splits"):
+        ShardsDataModule(input_dir=str(shards), folds=3)
 
 
-def test_training_from_local_shards_tests_predicts_and_exports(
+def test_training_and_testing_from_local_shards(
     train_shards: Callable, shards: Path, folder: Path
 ) -> None:
     metrics = train_shards(shards)
@@ -191,26 +214,29 @@ def test_streamed_batches_are_the_folder_images_through_the_same_transforms(
     assert torch.equal(images[0], expected)
 
 
-def test_kill_mid_epoch_then_resume_from_shards_matches_an_uninterrupted_run(
-    train_shards: Callable, shards: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    ("every", "saved_at"), [(3, 6), (5, 5)], ids=["mid-epoch", "at an epoch's end"]
+)
+def test_kill_then_resume_from_shards_matches_an_uninterrupted_run(
+    train_shards: Callable, shards: Path, tmp_path: Path, every: int, saved_at: int
 ) -> None:
     """The resumed run reads exactly the images the killed run had not, in the same order and
     with the same augmentations, and the epochs after it as the uninterrupted run did."""
     exact = [
         "--trainer.deterministic", "true", "--max_epochs", "3",
         "--trainer.limit_train_batches", "1.0", "--data.batch_size", "16",
-        "--step_checkpoint.every_n_train_steps", "3",
+        "--step_checkpoint.every_n_train_steps", str(every),
     ]  # fmt: skip
     uninterrupted = train_shards(shards, *exact)
     killed = subprocess.run(
         [sys.executable, str(PROJECT / "train.py"), *shard_args(shards, *exact),
-         "--trainer.callbacks+=interrupt.SignalAtStep", "--trainer.callbacks.init_args.step", "8"],
+         "--trainer.callbacks+=interrupt.SignalAtStep", "--trainer.callbacks.init_args.step", "7"],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS)},
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     saved = torch.load(RUN / "version_1/checkpoints/last.ckpt", weights_only=True)
-    assert saved["global_step"] == 6  # mid-epoch: 5 batches an epoch
+    assert saved["global_step"] == saved_at  # 5 batches an epoch
     resumed = train_shards(shards, *exact, "--ckpt_path", "last", "--trainer.callbacks", "[]")
     assert resumed == uninterrupted  # same test metrics, to the last bit
     reference = torch.load(RUN / "version_0/checkpoints/last.ckpt", weights_only=True)
@@ -264,12 +290,21 @@ def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
 
 
 def test_training_from_an_s3_bucket_keeps_the_cache_within_its_limit(
-    s3: str, folder: Path, train_shards: Callable, tmp_path: Path
+    s3: str, folder: Path, train_shards: Callable, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     import boto3
 
-    metadata = convert(folder, s3, image_size=16, workers=1, chunk_bytes=CHUNK)
+    # An image folder with its own val/ this time.
+    with_val = tmp_path / "images"
+    shutil.copytree(folder, with_val)
+    shutil.copytree(with_val / "test", with_val / "val")
+    metadata = convert(with_val, s3, image_size=16, workers=1, chunk_bytes=CHUNK)
     assert metadata["class_names"] == list(fake_data.CLASSES)
+    val_files = sorted(str(path) for path in (with_val / "val").rglob("*.png"))
+    assert sorted(bytes(item["file"]).decode() for item in remote_items(s3, "val")) == val_files
+    capsys.readouterr()
+    convert(with_val, s3, image_size=16, workers=1, chunk_bytes=CHUNK)  # again: nothing to do
+    assert capsys.readouterr().out.count("converted already") == 3
     listing = boto3.client("s3").list_objects_v2(Bucket="images")["Contents"]
     stored = sum(o["Size"] for o in listing if o["Key"].startswith("shards/train/chunk"))
     cache, limit = tmp_path / "cache", 30_000
@@ -286,9 +321,15 @@ def test_training_from_an_s3_bucket_keeps_the_cache_within_its_limit(
     assert max(sizes) <= limit, sizes
 
 
+def remote_items(location: str, split: str) -> list[dict]:
+    dataset = StreamingDataset(f"{location}/{split}")
+    return [dataset[i] for i in range(len(dataset))]
+
+
 def test_the_folder_check_runs_once_and_again_when_a_file_changes(
     folder: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    folder = Path(shutil.copytree(folder, tmp_path / "images"))  # its files change below
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     decoded: list[Path] = []
     check = folder_data.check_images

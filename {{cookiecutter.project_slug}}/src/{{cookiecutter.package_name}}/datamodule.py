@@ -44,7 +44,8 @@ class ImageDataModule(L.LightningDataModule):
     (images, labels) as the model gets them: float (N, C, H, W) and int64 (N,). `split`
     holds out the validation part (a seeded fraction, or fold `fold` of `folds`).
     Loaders come from `make_loader`; override it (not `train_dataloader`) to change them:
-    `train_dataloader` restores the loader's position for an exact resume.
+    `train_dataloader` restores the loader's position for an exact resume, through
+    `restore_loader` (override it too for a loader other than torchdata's StatefulDataLoader).
     `check_contract` names a missing member on one line when the run starts.
     """
 

@@ -12,9 +12,12 @@ through the same transforms as the folder's; prediction and export do not change
 
 import argparse
 import functools
+import hashlib
 import io
 import json
 import os
+import shlex
+import shutil
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,7 +26,7 @@ from typing import Any
 import torch
 from litdata import StreamingDataLoader, StreamingDataset, optimize
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 from torchvision import datasets
 
 from .data import MEAN, STD, DataModule, eval_transform, prediction_transform, train_transform
@@ -31,8 +34,10 @@ from .datamodule import ImageDataModule, start_worker
 from .errors import ConfigError
 
 SPLITS = ("train", "val", "test")
-# What a conversion writes beside its splits, last: a folder without it is not finished.
+# Written last: shards without it are not a finished conversion.
 METADATA = "classes.json"
+# Which images each finished split holds, so that a changed folder is converted again.
+CONVERTED = "converted.json"
 
 
 def encode(sample: list) -> dict[str, Any]:
@@ -43,32 +48,52 @@ def encode(sample: list) -> dict[str, Any]:
     return {"image": Path(path).read_bytes(), "label": label, "file": path.encode()}
 
 
+def location_of(location: str, name: str) -> str:
+    """A folder, or an s3:// URL (the only remote store supported), without a trailing slash."""
+    location = str(location).rstrip("/")
+    if "://" in location and not is_remote(location):
+        raise ConfigError(f"{name} {location!r}: a folder or an s3://bucket/prefix URL")
+    return location
+
+
 def is_remote(location: str) -> bool:
     return location.startswith("s3://")
 
 
+def s3_key(location: str, name: str) -> tuple[str, str]:
+    bucket, _, prefix = location.removeprefix("s3://").partition("/")
+    return bucket, f"{prefix.rstrip('/')}/{name}".lstrip("/")
+
+
 def read_file(location: str, name: str) -> bytes:
-    """The file `name` under `location`: a folder or an s3:// URL (OSError if it is not there)."""
+    """The file `name` under `location`; FileNotFoundError if it is not there."""
     if not is_remote(location):
         return (Path(location) / name).read_bytes()
     import boto3  # LitData's own S3 client: credentials and endpoint from the AWS_* variables
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import ClientError
 
-    bucket, _, prefix = location.removeprefix("s3://").partition("/")
+    bucket, key = s3_key(location, name)
     try:
-        key = f"{prefix.rstrip('/')}/{name}".lstrip("/")
         return boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
-    except (BotoCoreError, ClientError) as error:
-        raise OSError(str(error)) from None
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+            raise FileNotFoundError(f"{location}/{name}") from None
+        raise
 
 
-def write_file(location: str, name: str, data: bytes) -> None:
+def write_file(location: str, name: str, data: bytes | None) -> None:
+    """Write the file `name` under `location`; None removes it."""
     if is_remote(location):
         import boto3
 
-        bucket, _, prefix = location.removeprefix("s3://").partition("/")
-        key = f"{prefix.rstrip('/')}/{name}".lstrip("/")
-        boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=data)
+        bucket, key = s3_key(location, name)
+        client = boto3.client("s3")
+        if data is None:
+            client.delete_object(Bucket=bucket, Key=key)
+        else:
+            client.put_object(Bucket=bucket, Key=key, Body=data)
+    elif data is None:
+        (Path(location) / name).unlink(missing_ok=True)
     else:
         (Path(location) / name).write_bytes(data)
 
@@ -77,10 +102,16 @@ def read_metadata(location: str) -> dict[str, Any]:
     """The classes.json of converted shards, local or in an S3 bucket."""
     try:
         return json.loads(read_file(location, METADATA))
-    except (OSError, ValueError) as error:
+    except FileNotFoundError:
         raise ConfigError(
-            f"data.input_dir {location!r} holds no readable {METADATA} ({error}); convert an "
-            f"image folder into it first: python convert.py --root data --output {location}"
+            f"data.input_dir {location!r} holds no finished conversion ({METADATA} is missing); "
+            f"convert the image folder into it: python convert.py --root data --output {location}"
+        ) from None
+    except Exception as error:  # the store's own errors: credentials, endpoint, permissions
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ConfigError(
+            f"could not read {location}/{METADATA} ({message}); check the path, or for s3:// "
+            "the AWS_* variables (credentials, AWS_ENDPOINT_URL)"
         ) from None
 
 
@@ -88,9 +119,24 @@ def converted(location: str, split: str) -> int | None:
     """How many images a split's shards hold (None: the split was not converted to the end)."""
     try:
         index = json.loads(read_file(location, f"{split}/index.json"))
-    except (OSError, ValueError):
+    except (FileNotFoundError, ValueError):
         return None  # LitData writes index.json last
     return sum(chunk["chunk_size"] for chunk in index["chunks"])
+
+
+def fingerprint(samples: list[list]) -> str:
+    """Which images, with which labels, each file's size and modification time included."""
+    digest = hashlib.sha256()
+    for path, label in samples:
+        stat = Path(path).stat()
+        digest.update(f"{path}\0{label}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def default_workers(items: int) -> int:
+    """Every CPU this process may use, but no more processes than images."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cpus or 1, items))
 
 
 def convert(
@@ -106,10 +152,18 @@ def convert(
 
     The splits are the folder data module's own (its val folder, or the same seeded share of
     train; without a test folder the validation images test), and every image is checked
-    first, as training from the folder would. A split converted to the end is kept; an
-    interrupted one continues from LitData's checkpoints.
+    first, as training from the folder would. A split converted to the end from the same
+    images is kept; an interrupted one goes on from LitData's checkpoints; one converted
+    from other images (the folder changed, another --seed) is converted again.
     """
-    folder = DataModule(root=root, image_size=image_size, val_fraction=val_fraction, seed=seed)
+    output = location_of(output, "--output")
+    try:
+        folder = DataModule(
+            root=Path(root).resolve(), image_size=image_size, val_fraction=val_fraction, seed=seed
+        )
+    except ConfigError as error:  # named as the folder module's options: say this command's
+        message = str(error).replace("data.root", "--root")
+        raise ConfigError(message.replace("data.val_fraction", "--val_fraction")) from None
     folder.setup("fit")
     samples = {
         # Lists, not tuples: LitData compares them with their JSON copy to resume.
@@ -122,51 +176,78 @@ def convert(
     }
     if not is_remote(output):
         Path(output).mkdir(parents=True, exist_ok=True)
+    try:
+        done = json.loads(read_file(output, CONVERTED))
+    except (FileNotFoundError, ValueError):
+        done = {}
+    write_file(output, METADATA, None)  # until every split is converted again
     for split in SPLITS:
-        if not is_remote(output) and converted(output, split) == len(samples[split]):
+        wanted = {"images": len(samples[split]), "fingerprint": fingerprint(samples[split])}
+        finished = converted(output, split)
+        if finished == wanted["images"] and done.get(split) == wanted:
             print(f"{split}: converted already ({output}/{split})")
             continue
         print(f"{split}: {len(samples[split])} images -> {output}/{split}")
-        optimize(
-            fn=encode,
-            inputs=samples[split],
-            output_dir=f"{output}/{split}",
-            chunk_bytes=chunk_bytes,
-            num_workers=workers or os.cpu_count() or 1,
-            use_checkpoint=True,
-            reorder_files=False,  # keep the order: shard k holds a contiguous run of files
-            mode="overwrite" if is_remote(output) else None,
-        )
-        # LitData finishes a split whose worker was killed as if it were whole: say so, and
-        # leave the split unfinished, so that running the command again goes on with it.
-        if (done := converted(output, split)) != len(samples[split]):
-            if not is_remote(output):
-                (Path(output) / split / "index.json").unlink(missing_ok=True)
+        # Other images than a finished or a stopped conversion held: start the split afresh.
+        afresh = finished is not None or done.get(split, wanted) != wanted
+        done.pop(split, None)
+        write_file(output, CONVERTED, json.dumps(done, indent=2).encode())
+        processes = workers or default_workers(len(samples[split]))
+        try:
+            shard(samples[split], f"{output}/{split}", processes, chunk_bytes, afresh)
+        except ValueError as error:
+            if "checkpoint" not in str(error):
+                raise
+            # A stopped conversion of other images, or with another number of workers.
+            shard(samples[split], f"{output}/{split}", processes, chunk_bytes, afresh=True)
+        # LitData ends a split whose worker was killed as if it were whole: say so, and leave
+        # the split unfinished.
+        if (count := converted(output, split)) != len(samples[split]):
+            write_file(output, f"{split}/index.json", None)
             raise ConfigError(
-                f"converting {split} stopped after {done or 0} of {len(samples[split])} images "
-                "(a worker process ended early); run the same command again to go on"
+                f"converting {split} stopped after {count or 0} of {len(samples[split])} images "
+                "(a worker process ended early); run the same command again to convert it"
             )
+        done[split] = wanted
+        write_file(output, CONVERTED, json.dumps(done, indent=2).encode())
     metadata = {
         "class_names": list(folder.class_names),
         "input_shape": list(folder.input_shape),
         "samples": {split: len(samples[split]) for split in SPLITS},
-        "source": str(root),
+        "source": str(folder.root),
     }
     write_file(output, METADATA, json.dumps(metadata, indent=2).encode())
     return metadata
 
 
+def shard(samples: list[list], output: str, workers: int, chunk_bytes: str, afresh: bool) -> None:
+    """LitData's optimize over the samples, in parallel, resumable (its checkpoints)."""
+    if afresh and not is_remote(output):
+        shutil.rmtree(output, ignore_errors=True)
+    optimize(
+        fn=encode,
+        inputs=samples,
+        output_dir=output,
+        chunk_bytes=chunk_bytes,
+        num_workers=workers,
+        use_checkpoint=True,
+        reorder_files=False,  # keep the order: shard k holds a contiguous run of files
+        # Into a bucket, LitData stages the shards locally and does not go on from a stopped
+        # upload: a split that is not finished there starts over.
+        **({"mode": "overwrite"} if is_remote(output) else {}),
+    )
+
+
 def samples_of(dataset: Dataset) -> list[tuple[str, int]]:
     """(file, label) of every sample of an ImageFolder, or of a subset or concatenation of them."""
-    from torch.utils.data import ConcatDataset, Subset
-
     if isinstance(dataset, Subset):
         inner = samples_of(dataset.dataset)
         return [inner[i] for i in dataset.indices]
     if isinstance(dataset, ConcatDataset):
         return [s for part in dataset.datasets for s in samples_of(part)]
-    assert isinstance(dataset, datasets.ImageFolder)
-    return list(dataset.samples)
+    if isinstance(dataset, datasets.ImageFolder):
+        return list(dataset.samples)
+    raise TypeError(f"cannot list the files of a {type(dataset).__name__}")
 
 
 class ImageShards(StreamingDataset):
@@ -192,7 +273,9 @@ class ShardsLoader(StreamingDataLoader):
     here the next epoch starts as a new one.
     """
 
-    resumed_epoch_started = False
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.resumed_epoch_started = False
 
     def __iter__(self) -> Any:
         if self.restore and self.resumed_epoch_started:
@@ -222,16 +305,23 @@ class ShardsDataModule(ImageDataModule):
         seed: int = 0,
         cache_dir: Path | None = None,
         max_cache_size: str = "50GB",
+        folds: int | None = None,
+        fold: int = 0,
     ) -> None:
         super().__init__(batch_size, num_workers, val_fraction=0.1, seed=seed)
-        self.input_dir = str(input_dir).rstrip("/")
+        if folds is not None:
+            raise ConfigError(
+                "data.folds: shards keep the splits they were converted with; cross-validate "
+                "from the image folder (--data.root) instead"
+            )
+        self.input_dir = location_of(input_dir, "data.input_dir")
         metadata = read_metadata(self.input_dir)
         self.class_names = tuple(metadata["class_names"])
         size = image_size or metadata["input_shape"][-1]
         self.image_size = size
         self.input_shape = (3, size, size)
-        # Remote shards are downloaded into the cache as they are read, and the oldest read
-        # are removed again beyond max_cache_size.
+        # Remote shards are downloaded as they are read; each split's cache stays within
+        # max_cache_size, so that a data set larger than the disk still streams.
         self.cache_dir = str(cache_dir) if cache_dir is not None else None
         self.max_cache_size = max_cache_size
 
@@ -263,7 +353,8 @@ class ShardsDataModule(ImageDataModule):
         # LitData gives each worker its own shards, so the length is exact.
         warnings.filterwarnings("ignore", message="Your `IterableDataset` has `__len__` defined")
         # The dataset shuffles (by shard, then within a window) and shares out the shards;
-        # the loader's state holds the position for an exact resume.
+        # the loader's state holds the position for an exact resume. Workers start anew each
+        # epoch: LitData hands them the epoch's share when they start.
         return ShardsLoader(
             dataset,
             batch_size=self.batch_size,
@@ -293,9 +384,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--root", type=Path, default=Path("data"), help="the image folder")
     parser.add_argument("--output", default="shards", help="a folder, or s3://bucket/prefix")
-    parser.add_argument("--image_size", type=int, default=64, help="the model's input size")
-    parser.add_argument("--val_fraction", type=float, default=0.1, help="without a val folder")
-    parser.add_argument("--seed", type=int, default=0, help="of the validation share")
+    parser.add_argument(
+        "--image_size", type=int, default=64,
+        help="the input size training uses by default (images are stored as they are)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--val_fraction", type=float, default=0.1,
+        help="without a val folder: the share of train held out (as training from the folder)",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="of that share (as data.seed)")
     parser.add_argument("--workers", type=int, default=None, help="default: every CPU")
     parser.add_argument("--chunk_bytes", default="64MB", help="the size of one shard")
     args = parser.parse_args(argv)
@@ -304,8 +401,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             args.root, args.output, args.image_size, args.val_fraction, args.seed,
             args.workers, args.chunk_bytes,
         )  # fmt: skip
-    except ConfigError as error:
+    except (ConfigError, OSError) as error:
         raise SystemExit(f"error: {error}") from None
+    except Exception as error:
+        if not type(error).__module__.startswith(("botocore", "boto3")):
+            raise
+        # The store's own errors (credentials, endpoint, bucket, permissions), on one line.
+        raise SystemExit(f"error: {args.output}: {str(error).splitlines()[0]}") from None
     counts = ", ".join(f"{n} {split}" for split, n in metadata["samples"].items())
     print(f"Shards: {args.output} ({counts} images, {len(metadata['class_names'])} classes)")
-    print(f"Train:  python train.py --data configs/data/shards.yaml --data.input_dir {args.output}")
+    output = shlex.quote(args.output)
+    print(f"Train:  python train.py --data configs/data/shards.yaml --data.input_dir {output}")

@@ -90,7 +90,8 @@ def split_files(split: Path) -> list[Path]:
 
 
 def check_images(files: Iterable[Path]) -> None:
-    """Every image decodes; otherwise name the first that does not."""
+    """Every image opens and passes Pillow's verify (a damaged or truncated header, a file that
+    is no image); otherwise name the first that does not."""
     for path in files:
         try:
             with Image.open(path) as image:
@@ -102,12 +103,13 @@ def check_images(files: Iterable[Path]) -> None:
 
 
 def check_once(root: Path, splits: Iterable[str]) -> None:
-    """Decode every image of the splits once, and again only when a file changes.
+    """Check every image of the splits once, and again only when a file changes.
 
-    Decoding tens of thousands of files takes seconds to minutes before the first step; a
-    passed check is remembered in the user's cache, keyed by every file's name, size and
-    modification time (listing them is cheap). Only the first process of a run checks: the
-    others start together with it, and a bad file stops it, and so the run, on one line.
+    Opening tens of thousands of files takes seconds to minutes before the first step, in
+    every process that starts; a passed check is remembered in the user's cache, keyed by
+    every file's name, size and modification time (listing them is cheap). Only the first
+    process of a run checks: Lightning's launcher starts the others after it, and under
+    torchrun or SLURM they wait for it in the process group, which a bad file ends on one line.
     """
     files = [file for split in splits for file in split_files(root / split)]
     if rank_zero_only.rank != 0:
@@ -125,13 +127,13 @@ def check_once(root: Path, splits: Iterable[str]) -> None:
     except (OSError, ValueError, KeyError):
         pass  # never checked, or the record is unreadable: check
     check_images(files)
+    partial = record.with_suffix(f".{os.getpid()}")
     try:
         record.parent.mkdir(parents=True, exist_ok=True)
-        partial = record.with_suffix(f".{os.getpid()}")
         partial.write_text(json.dumps({"root": str(root.resolve()), "files": listing.hexdigest()}))
         partial.replace(record)  # whole or not at all: a reader never sees half a record
     except OSError:
-        pass  # a read-only home: the check runs again next time, nothing else changes
+        partial.unlink(missing_ok=True)  # a read-only or full disk: the check runs next time
 
 
 class DataModule(ImageDataModule):
