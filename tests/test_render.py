@@ -1,6 +1,8 @@
 """Every render: fully rendered, only the chosen options' files, lint-clean, importable."""
 
 import re
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -83,6 +85,18 @@ def test_shards_only_for_image_folders(rendered: Render) -> None:
         assert path.is_file() == folder, path
     requirements = tomllib.loads((rendered.path / "pyproject.toml").read_text())["project"]
     assert any(r.startswith("litdata") for r in requirements["dependencies"]) == folder
+
+
+def test_every_rendered_file_is_committed_by_git(rendered: Render, tmp_path: Path) -> None:
+    """The project's own .gitignore ignores nothing it ships (configs/data/ is not data/)."""
+    copy = tmp_path / "project"
+    shutil.copytree(rendered.path, copy)
+    subprocess.run(["git", "init", "-q", str(copy)], check=True)
+    status = subprocess.run(
+        ["git", "-C", str(copy), "status", "--porcelain", "--ignored", "--untracked-files=all"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert not [line for line in status.splitlines() if line.startswith("!!")], status
 
 
 def test_license(rendered: Render) -> None:
