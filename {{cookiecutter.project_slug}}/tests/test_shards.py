@@ -49,6 +49,12 @@ def shards(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return output
 
 
+def with_tests() -> str:
+    """PYTHONPATH for a subprocess that imports the helpers in tests/ too (and the project
+    from wherever this process imports it)."""
+    return os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+
+
 def shard_args(location: str | Path, *args: str) -> list[str]:
     # The shards' config first, then the test-only flags (FAST) that override it.
     return ["--data", SHARDS_CONFIG, "--data.input_dir", str(location), *FAST, *args]
@@ -101,7 +107,7 @@ def test_a_conversion_killed_part_of_the_way_goes_on_where_it_stopped(
     dies = "from {{ cookiecutter.package_name }} import shards; import shard_probe; "
     dies += "shards.encode = shard_probe.encode_until_stop; shards.main()"
     stop_at = train_samples(folder)[30][0]  # in the middle of train
-    environment = {**os.environ, "PYTHONPATH": str(TESTS), "STOP_AT": str(stop_at), "STOP": stop}
+    environment = {**os.environ, "PYTHONPATH": with_tests(), "STOP_AT": str(stop_at), "STOP": stop}
     killed = subprocess.run(
         [sys.executable, "-c", dies, *args], env=environment, capture_output=True, text=True,
         timeout=300, start_new_session=True,  # a process group of its own, to be killed
@@ -231,7 +237,7 @@ def test_kill_then_resume_from_shards_matches_an_uninterrupted_run(
     killed = subprocess.run(
         [sys.executable, str(PROJECT / "train.py"), *shard_args(shards, *exact),
          "--trainer.callbacks+=interrupt.SignalAtStep", "--trainer.callbacks.init_args.step", "7"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS)},
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": with_tests()},
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
@@ -256,7 +262,7 @@ def test_two_processes_see_every_training_image_once_per_epoch(
          "--trainer.limit_train_batches", "1.0", "--max_epochs", "2",
          "--trainer.callbacks+=shard_probe.RecordSamples",
          "--trainer.callbacks.init_args.folder", str(seen)],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS)},
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": with_tests()},
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
