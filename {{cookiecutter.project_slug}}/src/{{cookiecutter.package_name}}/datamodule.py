@@ -318,10 +318,14 @@ class InMemoryDataModule(ImageDataModule):
         return self.normalise(images), labels
 
 
+def usable_cpus() -> int | None:
+    """The CPUs this process may use (a cluster job's share, not the whole machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def default_num_workers() -> int:
     """Half of the CPUs this process may use (at least 1, at most 8)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(8, (cpus or 2) // 2))
+    return max(1, min(8, (usable_cpus() or 2) // 2))
 
 
 def start_worker(worker_id: int, main_process: int) -> None:

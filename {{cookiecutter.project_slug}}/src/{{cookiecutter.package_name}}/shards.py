@@ -30,7 +30,7 @@ from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 from torchvision import datasets
 
 from .data import MEAN, STD, DataModule, eval_transform, prediction_transform, train_transform
-from .datamodule import ImageDataModule, start_worker
+from .datamodule import ImageDataModule, start_worker, usable_cpus
 from .errors import ConfigError
 
 SPLITS = ("train", "val", "test")
@@ -135,8 +135,7 @@ def fingerprint(samples: list[list]) -> str:
 
 def default_workers(items: int) -> int:
     """Every CPU this process may use, but no more processes than images."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(cpus or 1, items))
+    return max(1, min(usable_cpus() or 1, items))
 
 
 def convert(
