@@ -3,6 +3,7 @@
 import gc
 import itertools
 import multiprocessing
+import os
 {%- if cookiecutter.dataset == "image_folder" %}
 import shutil
 {%- endif %}
@@ -192,21 +193,41 @@ def test_bad_values_are_refused_by_name(
         make_datamodule(**{key: value})
 
 
+def fork_servers() -> list[int]:
+    """The fork servers this process started (multiprocessing does not list them)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue  # ended meanwhile
+        if parent == os.getpid() and b"forkserver" in command:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork server on Linux only")
 def test_a_sigterm_from_another_process_leaves_loader_workers_running(
     make_datamodule: Callable[..., DataModule],
 ) -> None:
-    """A SIGTERM to the whole job reaches the workers too: the main process stops them
-    itself after saving; workers the signal killed would make it fail instead."""
+    """A SIGTERM to the whole job reaches the workers and their fork server too: the main
+    process stops the workers itself after saving. Workers the signal killed would make it
+    fail; a fork server it killed would make it take running workers for ended (exit status
+    255) and exit under them."""
     datamodule = make_datamodule(num_workers=1, batch_size=4)
     datamodule.setup("fit")
     loader = datamodule.train_dataloader()
     batches = iter(loader)
     next(batches)
     workers = multiprocessing.active_children()
-    assert workers
-    for worker in workers:  # sent by `kill`, as `kill -- -PGID` or a scheduler would
-        subprocess.run(["kill", "-s", "TERM", str(worker.pid)], check=True)
+    servers = fork_servers()
+    assert workers and servers
+    for pid in [*servers, *(worker.pid for worker in workers)]:
+        # Sent by `kill`, as `kill -- -PGID` or a scheduler would.
+        subprocess.run(["kill", "-s", "TERM", str(pid)], check=True)
     time.sleep(1)
+    assert fork_servers() == servers
     assert all(worker.is_alive() for worker in workers)
     assert sum(1 for _ in batches) == len(loader) - 1
     del batches, loader  # the workers stop here, not in a later test

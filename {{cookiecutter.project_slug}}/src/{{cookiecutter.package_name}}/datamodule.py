@@ -223,7 +223,8 @@ class ImageDataModule(L.LightningDataModule):
         if not sys.platform.startswith("linux"):
             return None
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["__main__", __name__, type(self).__module__])
+        preload = [f"{__package__}.worker_server", "__main__", __name__, type(self).__module__]
+        context.set_forkserver_preload(preload)
         return context
 
 
