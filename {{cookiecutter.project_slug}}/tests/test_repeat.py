@@ -102,9 +102,16 @@ def test_cross_validation_trains_each_fold_and_summarises_the_validation_metrics
         data = yaml.safe_load((run / "config.yaml").read_text())["data"]["init_args"]
         assert (data["folds"], data["fold"]) == (3, fold)
     assert sorted(summary["runs"]) == ["fold_0", "fold_1", "fold_2"]
-    assert summary["metrics"]["val/loss"]["n"] == 3
-    # Each fold's model is tested too.
-    assert summary["metrics"]["test/acc"]["n"] == 3
+    # The validation metrics of each fold's best epoch, and each fold's model tested too.
+    for key, file in (("val/loss", "val_metrics.json"), ("test/acc", "test_metrics.json")):
+        values = [
+            json.loads((folder / f"fold_{fold}" / "version_0" / file).read_text())[key]
+            for fold in range(3)
+        ]
+        described = summary["metrics"][key]
+        assert described["n"] == 3
+        assert described["mean"] == pytest.approx(statistics.fmean(values))
+        assert described["std"] == pytest.approx(statistics.stdev(values))
 
 
 @pytest.mark.slow
@@ -157,7 +164,10 @@ def test_the_runs_table_shows_only_the_hyperparameters_that_differ_best_first(
     for lr in ("0.001", "0.01", "0.0001"):
         train("--model.optimizer.init_args.lr", lr)
     rows = list(csv.DictReader(io.StringIO(table([Path("runs")], "test/loss", "csv"))))
-    assert [key for key in rows[0] if "." in key] == ["model.optimizer.lr"]
+    # Beside the run, its date, its metrics and its count: only the key that differs.
+    assert [key for key in rows[0] if not key.startswith("test/")] == [
+        "run", "date", "model.optimizer.lr", "runs"
+    ]  # fmt: skip
     losses = [float(row["test/loss"]) for row in rows]
     assert losses == sorted(losses)  # best (lowest loss) first
     assert sorted(row["model.optimizer.lr"] for row in rows) == ["0.0001", "0.001", "0.01"]

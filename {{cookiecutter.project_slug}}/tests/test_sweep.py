@@ -19,7 +19,7 @@ import yaml
 from matplotlib.image import imread
 from optuna.trial import TrialState
 
-from {{ cookiecutter.package_name }} import sweep
+from {{ cookiecutter.package_name }} import results, sweep
 from {{ cookiecutter.package_name }}.train import main
 
 STUDY = Path("runs/sweeps/space")
@@ -328,6 +328,12 @@ def test_a_repeated_trial_is_the_mean_over_its_seeds(run_sweep: Callable) -> Non
         assert trial.value == pytest.approx(statistics.fmean(best))
         # The running mean after each run: what the pruner sees.
         assert trial.intermediate_values == pytest.approx({0: best[0], 1: statistics.fmean(best)})
+    # results.py: a trial's runs are one row, and two trials compare seed by seed.
+    rows = {row["folder"]: row for row in results.entries(results.find_runs([STUDY]))}
+    assert sorted(rows) == [STUDY / "trial_000", STUDY / "trial_001"]
+    assert all(row["metrics"]["test/acc"]["n"] == 2 for row in rows.values())
+    compared = results.compare(STUDY / "trial_000", STUDY / "trial_001", "val/acc")
+    assert compared.startswith("val/acc over 2 paired runs (seed_0, seed_1)")
 
 
 def test_a_repeated_trial_is_pruned_on_the_running_mean(run_sweep: Callable) -> None:
@@ -337,7 +343,7 @@ def test_a_repeated_trial_is_pruned_on_the_running_mean(run_sweep: Callable) -> 
     (trial,) = trials()
     assert trial.state == TrialState.PRUNED
     assert list(trial.intermediate_values) == [0]
-    assert sorted(p.name for p in (STUDY / "trial_000").iterdir()) == ["seed_0"]
+    assert sorted(p.name for p in (STUDY / "trial_000").iterdir()) == ["repeat.json", "seed_0"]
 
 
 @pytest.mark.parametrize(

@@ -134,8 +134,14 @@ def check(repeat: Repeat) -> None:
                 "NAME for this configuration"
             )
     elif is_first_process():
-        repeat.folder.mkdir(parents=True, exist_ok=True)
-        manifest.write_text(json.dumps(wanted, indent=2) + "\n")
+        write_manifest(repeat.folder, repeat.train_args, repeat.folds)
+
+
+def write_manifest(folder: Path, train_args: list[str], folds: int | None) -> None:
+    """repeat.json: what every run in the folder shares, its runs being one configuration's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    wanted = {"train_args": train_args, "folds": folds}
+    (folder / "repeat.json").write_text(json.dumps(wanted, indent=2) + "\n")
 
 
 def is_first_process() -> bool:

@@ -7,7 +7,8 @@ python results.py --compare REPEAT_A REPEAT_B    paired over the same seeds or f
 
 A run is a folder holding config.yaml (train.py writes one into each); its metrics are the
 test metrics of its best checkpoint (test_metrics.json) and the validation metrics of the
-same epoch (val_metrics.json). The runs of one repeat.py folder form one row, mean ± std.
+same epoch (val_metrics.json). The runs of one repeat.py folder, or of one trial repeated over
+seeds or folds, form one row, mean ± std.
 """
 
 import argparse
@@ -167,7 +168,7 @@ def find_runs(roots: Sequence[Path]) -> list[Path]:
 
 
 def entries(runs: list[Path]) -> list[dict[str, Any]]:
-    """Rows of the table: a single run, or the runs of one repeat.py folder together."""
+    """Rows of the table: a single run, or the runs of one repeat (repeat.json) together."""
     groups: dict[Path, list[Path]] = {}
     for run in runs:
         repeat = run.parent.parent
@@ -237,7 +238,10 @@ def compare(first: Path, second: Path, metric: str) -> str:
     runs = []
     for folder in (first, second):
         if not (folder / "repeat.json").is_file():
-            raise ConfigError(f"{folder} is not a repeat.py folder (runs/repeats/<name>)")
+            raise ConfigError(
+                f"{folder} holds no repeated runs (runs/repeats/<name>, or a trial_<N> repeated "
+                "over seeds or folds)"
+            )
         runs.append(
             {
                 child.name: metrics[metric]
@@ -303,7 +307,7 @@ def command_line() -> argparse.ArgumentParser:
         nargs=2,
         type=Path,
         metavar="REPEAT",
-        help="paired comparison of two repeat.py folders by --metric",
+        help="paired comparison of two repeat.py folders (or repeated trials) by --metric",
     )
     return parser
 

@@ -28,7 +28,7 @@ from optuna_integration import PyTorchLightningPruningCallback
 from .callbacks import better
 from .compat import trial_id
 from .errors import ConfigError
-from .repeat import RUN_ENV, Run
+from .repeat import RUN_ENV, Run, write_manifest
 from .runs import environment, logger_in
 from .search_space import Sweep, check_train_args, flags, parse
 from .train import main
@@ -177,6 +177,9 @@ def repeated_objective(trial: Trial, sweep: Sweep) -> float:
     After each run, the running mean is the trial's value at step k (k + 1 runs done): the
     pruner compares trials after the same number of runs and can stop one between runs.
     """
+    # The trial's runs make one row of results.py's table; --compare pairs two trials by run.
+    folder = sweep.folder / f"trial_{trial.number:03d}"
+    write_manifest(folder, trial_flags(trial, sweep), sweep.repeat.folds)
     best: list[float] = []
     for step, run in enumerate(sweep.repeat.runs()):
         record = BestValue(sweep.metric, sweep.direction)
@@ -184,8 +187,7 @@ def repeated_objective(trial: Trial, sweep: Sweep) -> float:
             with environment(RUN_ENV, run.name):
                 train_trial(trial, repeated_args(trial, sweep, run), [record])
         finally:
-            folder = sweep.folder / f"trial_{trial.number:03d}" / run.name
-            if step == 0 and (runs := sorted(folder.glob("version_*"))):
+            if step == 0 and (runs := sorted((folder / run.name).glob("version_*"))):
                 trial.set_user_attr("run_folder", str(runs[-1]))
         if record.best is None:
             trial.study.stop()  # every trial would miss it
@@ -198,16 +200,17 @@ def repeated_objective(trial: Trial, sweep: Sweep) -> float:
     return statistics.fmean(best)
 
 
+def trial_flags(trial: Trial, sweep: Sweep) -> list[str]:
+    """train.py's flags for every run of a trial: the sweep's and the trial's values."""
+    values = {key: suggest(trial, key, dist) for key, dist in sweep.space.items()}
+    return [*sweep.train_args, *flags(values)]
+
+
 def repeated_args(trial: Trial, sweep: Sweep, run: Run) -> list[str]:
     """train.py's flags for one run of a repeated trial: trial_<N>/<seed or fold>/."""
-    values = {key: suggest(trial, key, dist) for key, dist in sweep.space.items()}
     folder = sweep.folder / f"trial_{trial.number:03d}"
-    return [
-        *sweep.train_args,
-        "--trainer.logger", logger_in(folder, run.name),
-        *flags(values),
-        *run.flags(sweep.repeat.folds),
-    ]  # fmt: skip
+    logger = ["--trainer.logger", logger_in(folder, run.name)]
+    return [*trial_flags(trial, sweep), *logger, *run.flags(sweep.repeat.folds)]
 
 
 class BestValue(Callback):
