@@ -252,12 +252,20 @@ def test_kill_then_resume_from_shards_matches_an_uninterrupted_run(
         assert torch.equal(final["state_dict"][name], tensor), name
 
 
+# Lightning's own launcher, and torchrun: LitData finds the rank and the world either way.
+LAUNCHERS = {
+    "lightning": [],
+    "torchrun": ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"],
+}
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_two_processes_see_every_training_image_once_per_epoch(
-    shards: Path, tmp_path: Path
+    shards: Path, tmp_path: Path, launcher: str
 ) -> None:
     seen = tmp_path / "seen"
     result = subprocess.run(
-        [sys.executable, str(PROJECT / "train.py"), *shard_args(shards),
+        [sys.executable, *LAUNCHERS[launcher], str(PROJECT / "train.py"), *shard_args(shards),
          "--devices", "2", "--data.num_workers", "2", "--data.batch_size", "4",
          "--trainer.limit_train_batches", "1.0", "--max_epochs", "2",
          "--trainer.callbacks+=shard_probe.RecordSamples",
