@@ -280,6 +280,12 @@ def test_training_commands_as_the_readme_shows_them(workspace: Path, output: str
         two_processes(run(as_typed(command), workspace, output), workspace, before)
 
     run(as_typed(shown(f"{train} --precision bf16-mixed")), workspace, output)
+    # Model extras, one flag each: a penalty the classifier carries, an average of the weights.
+    run(as_typed(shown(f"{train} --model.backbone.head_penalty")), workspace, output)
+    assert [value for _, value in scalars(newest_run(workspace), "train/regularization_epoch")]
+    run(as_typed(shown(f"{train} --config configs/model/ema.yaml")), workspace, output)
+    averaged = torch.load(newest_run(workspace) / "checkpoints" / "last.ckpt", weights_only=True)
+    assert "current_model_state" in averaged  # beside the average, which validation used
     timm = shown(f"{train} --model.backbone {{ cookiecutter.package_name }}.backbones.TimmBackbone")
     run(as_typed(timm), workspace, output)
     # The headline metric: checkpoint choice, early stopping and the summary follow one flag.
