@@ -46,7 +46,7 @@ def run_suite(rendered: Render, workdir: Path, case: str) -> tuple[str, str]:
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SELECT.get(case, [])],
         cwd=rendered.path,
         # The longest suite (image_folder) takes about 35 minutes beside another on a loaded
-        # 2-core machine; a hung test is ended by its own limit long before this one.
+        # 2-core machine; its multi-process tests end within limits of their own.
         timeout=3000,
         PYTHONPATH=str(site),
     )

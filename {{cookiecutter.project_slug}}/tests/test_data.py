@@ -7,6 +7,7 @@ import os
 {%- if cookiecutter.dataset == "image_folder" %}
 import shutil
 {%- endif %}
+import signal
 import subprocess
 import sys
 import time
@@ -229,6 +230,12 @@ def test_a_sigterm_from_another_process_leaves_loader_workers_running(
     time.sleep(1)
     assert fork_servers() == servers
     assert all(worker.is_alive() for worker in workers)
+    # Other processes from the same server end on SIGTERM, as processes do.
+    other = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(60,))
+    other.start()
+    other.terminate()
+    other.join(timeout=10)
+    assert other.exitcode == -signal.SIGTERM
     assert sum(1 for _ in batches) == len(loader) - 1
     del batches, loader  # the workers stop here, not in a later test
     gc.collect()

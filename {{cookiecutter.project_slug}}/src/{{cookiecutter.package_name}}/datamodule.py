@@ -219,12 +219,28 @@ class ImageDataModule(L.LightningDataModule):
         3.11.10 (CPython gh-112275), and a run with several devices then waits for it forever.
         The fork server has no threads: it imports the data code once and forks every worker
         from there.
+
+        It starts with SIGTERM blocked, which its threads keep: a SIGTERM to the whole process
+        group (`kill -- -PGID`, `timeout`, a scheduler's time limit) must not end it, since the
+        main process learns from the server that a worker has ended. With the server gone it
+        takes running workers for ended, exits under them, and a worker's clean-up then fails
+        in the main process's temporary folder, which is gone. The server still ends with its
+        main process; the processes it forks start unblocked (`worker_server.py`).
         """
         if not sys.platform.startswith("linux"):
             return None
+        from multiprocessing import forkserver, resource_tracker  # Linux only, here
+
         context = multiprocessing.get_context("forkserver")
         preload = [f"{__package__}.worker_server", "__main__", __name__, type(self).__module__]
         context.set_forkserver_preload(preload)
+        # The server starts the resource tracker first, which unblocks SIGTERM after starting.
+        resource_tracker.ensure_running()
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            forkserver.ensure_running()  # the server, a new program, inherits the mask
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         return context
 
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lightning.pytorch import Callback
 
@@ -123,7 +124,7 @@ def check(repeat: Repeat) -> None:
     """Parse the train.py flags once before any run; refuse a folder made with other flags."""
     parse_only(repeat.train_args)
     manifest = repeat.folder / "repeat.json"
-    wanted = {"train_args": repeat.train_args, "folds": repeat.folds}
+    wanted = manifest_of(repeat.train_args, repeat.folds)
     if manifest.is_file():
         made = json.loads(manifest.read_text())
         if {key: made.get(key) for key in wanted} != wanted:
@@ -137,11 +138,16 @@ def check(repeat: Repeat) -> None:
         write_manifest(repeat.folder, repeat.train_args, repeat.folds)
 
 
+def manifest_of(train_args: list[str], folds: int | None) -> dict[str, Any]:
+    """What repeat.json holds: what every run in the folder shares."""
+    return {"train_args": train_args, "folds": folds}
+
+
 def write_manifest(folder: Path, train_args: list[str], folds: int | None) -> None:
-    """repeat.json: what every run in the folder shares, its runs being one configuration's."""
+    """repeat.json: the runs in the folder are one configuration's."""
     folder.mkdir(parents=True, exist_ok=True)
-    wanted = {"train_args": train_args, "folds": folds}
-    (folder / "repeat.json").write_text(json.dumps(wanted, indent=2) + "\n")
+    text = json.dumps(manifest_of(train_args, folds), indent=2)
+    (folder / "repeat.json").write_text(text + "\n")
 
 
 def is_first_process() -> bool:

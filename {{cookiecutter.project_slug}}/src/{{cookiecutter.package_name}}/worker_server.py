@@ -1,13 +1,13 @@
-"""Imported by the loaders' fork server only: `DataModule.worker_server` preloads it.
+"""Imported by the loader workers' fork server (`ImageDataModule.worker_server` preloads it).
 
-A SIGTERM to the whole process group (`kill -- -PGID`, `timeout`, a scheduler's time limit)
-must not end the server: the main process learns from the server that a worker has ended, so
-with the server gone it takes its running workers for ended and exits under them, and a worker
-then fails to clean up in the main process's temporary folder, which is gone by then. The server
-still ends when its main process does. Blocked, not ignored: a worker forked from here inherits
-the block, keeps a SIGTERM that comes early, and `start_worker` acts on it.
+The server runs with SIGTERM blocked, so that a SIGTERM to the whole process group does not
+end it; the processes it forks start as any other process does, with SIGTERM unblocked
+(a loader worker then blocks it in `start_worker` and waits for its main process's).
 """
 
+import os
 import signal
 
-signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+os.register_at_fork(
+    after_in_child=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+)
