@@ -2,6 +2,7 @@
 
 import base64
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -20,19 +21,26 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torchvision.transforms import v2
 
 from {{ cookiecutter.package_name }} import export as export_module
 from {{ cookiecutter.package_name }}.checkpoint import load_checkpoint, load_model
+from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.errors import ConfigError
 from {{ cookiecutter.package_name }}.evaluate import main as evaluate
 from {{ cookiecutter.package_name }}.export import main as export
 from {{ cookiecutter.package_name }}.inference import Classifier, load_classifier, metadata_path
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 from {{ cookiecutter.package_name }}.predict import main as predict
+from {{ cookiecutter.package_name }}.predict import predict as classify
 
 PROJECT = Path(__file__).resolve().parents[1]
 FORMATS = ("onnx", "torch_export", "state_dict")
 ONE_EPOCH = ("--max_epochs", "1")
+# The metadata file as export.py wrote it before the preprocessing was recorded as data:
+# "preprocessing" was the data module's transform as text, and "data_class" preprocessed.
+OLD_KEYS = ("format", "checkpoint", "class_names", "input_shape", "data_class", "mean", "std",
+            "preprocessing", "output", "hyper_parameters", "versions", "parity")  # fmt: skip
 
 
 def write_images(folder: Path) -> list[Path]:
@@ -78,6 +86,13 @@ def test_export_every_format_predicts_like_the_checkpoint(
         assert metadata["parity"]["max_abs_diff"] <= metadata["parity"]["tolerance"]
         assert metadata["input_shape"] == list(load_model(best)[0].hparams.input_shape)
         assert "torch" in metadata["versions"]
+        # The preprocessing as data, checked against the data module's transform.
+        assert metadata["metadata_version"] == 2
+        assert set(metadata["preprocessing"]) == {
+            "mode", "resize", "interpolation", "center_crop", "value_range"
+        }  # fmt: skip
+        check = metadata["parity"]["preprocessing"]
+        assert check["max_abs_diff"] <= check["tolerance"]
     program = torch.export.load(artifacts[1])
     assert all(weight.is_contiguous() for weight in program.state_dict.values())
 
@@ -106,22 +121,28 @@ def test_export_every_format_predicts_like_the_checkpoint(
             load_classifier(damaged)
         assert "\n" not in str(error.value)
 
-    # The README's recipe for a machine with only onnxruntime, numpy and Pillow agrees.
+    # The README's recipe for a machine with only onnxruntime, numpy and Pillow agrees, its
+    # preprocessing read from the metadata: with the checkpoint on an image of the input
+    # size, with predict.py on the artifact for an image of another size, shape and mode.
     offline = tmp_path / "offline"
     offline.mkdir()
     shutil.copy(artifacts[0], offline / "model.onnx")
     shutil.copy(metadata_path(artifacts[0]), offline / "model.onnx.json")
     _, height, width = load_classifier(best).input_shape
-    pixels = np.random.default_rng(2).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    Image.fromarray(pixels).save(offline / "photo.png")
-    assert predict(["--model", str(best), str(offline / "photo.png"), "--output", "p.json"]) == 0
-    (reference,) = json.loads(Path("p.json").read_text())
-    capsys.readouterr()
+    rng = np.random.default_rng(2)
+    at_input_size = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    other = rng.integers(0, 256, (2 * height + 3, width + 5, 4), dtype=np.uint8)  # RGBA
+    photos = ((at_input_size, best.resolve()), (other, artifacts[0].resolve()))
     monkeypatch.chdir(offline)
-    exec(readme_recipe(), {})
-    name, probability = capsys.readouterr().out.rsplit(maxsplit=1)
-    assert name == reference["class"]
-    assert float(probability) == pytest.approx(reference["probability"], abs=1e-4)
+    for pixels, model in photos:
+        Image.fromarray(pixels).save("photo.png")
+        assert predict(["--model", str(model), "photo.png", "--output", "p.json"]) == 0
+        (reference,) = json.loads(Path("p.json").read_text())
+        capsys.readouterr()
+        exec(readme_recipe(), {})
+        name, probability = capsys.readouterr().out.rsplit(maxsplit=1)
+        assert name == reference["class"]
+        assert float(probability) == pytest.approx(reference["probability"], abs=1e-4)
 
 
 def test_predict_writes_csv_and_refuses_other_output_suffixes(
@@ -155,6 +176,117 @@ def test_export_that_misses_the_tolerance_fails_and_leaves_nothing(
     ):
         export(["--ckpt_path", "last", "--format", "state_dict"])
     assert not list(Path("runs").rglob("export/*"))
+
+
+@pytest.fixture
+def exported(train: Callable) -> list[Path]:
+    """The best checkpoint of a one-epoch run, then its artifacts in every format."""
+    train(*ONE_EPOCH)
+    artifacts = [a.resolve() for a in export(["--ckpt_path", "best", "--format", *FORMATS])]
+    checkpoint = json.loads(metadata_path(artifacts[0]).read_text())["checkpoint"]
+    return [Path(checkpoint).resolve(), *artifacts]
+
+
+def old_metadata(metadata: dict, data_class: bool) -> dict:
+    """`metadata` as export.py wrote it before; without data_class, as it wrote it before that."""
+    old = {key: metadata[key] for key in OLD_KEYS if key != "data_class" or data_class}
+    old["preprocessing"] = metadata["transform"]
+    parity = metadata["parity"]
+    old["parity"] = {key: parity[key] for key in ("tolerance", "max_abs_diff", "batch_sizes")}
+    return old
+
+
+def test_an_artifact_exported_before_the_preprocessing_was_data_predicts_as_before(
+    exported: list[Path], tmp_path: Path
+) -> None:
+    best, *artifacts = exported
+    files = write_images(tmp_path / "images")[:-1]
+    checkpoint = load_classifier(best)
+    expected = classify(checkpoint, files)
+    for artifact, data_class in itertools.product(artifacts, (True, False)):
+        old = tmp_path / f"old-{data_class}{artifact.suffix}"
+        shutil.copy(artifact, old)
+        metadata = old_metadata(json.loads(metadata_path(artifact).read_text()), data_class)
+        metadata_path(old).write_text(json.dumps(metadata, indent=2) + "\n")
+        classifier = load_classifier(old)
+        # Images go through the data module's transform, exactly as before.
+        for file in files:
+            assert torch.equal(classifier.read_image(file), checkpoint.read_image(file))
+        rows = classify(classifier, files)
+        assert [row["class"] for row in rows] == [row["class"] for row in expected]
+        for row, reference in zip(rows, expected, strict=True):
+            assert row["probability"] == pytest.approx(reference["probability"], abs=1e-4)
+
+
+def test_a_transform_the_metadata_cannot_describe_leaves_preprocessing_to_the_data_module(
+    train: Callable,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    train(*ONE_EPOCH)
+    last = next(Path("runs").rglob("last.ckpt"))
+    described = DataModule.prediction_transform
+
+    def mirrored(input_shape: tuple[int, int, int]) -> v2.Transform:
+        return v2.Compose([v2.RandomHorizontalFlip(p=1), described(input_shape)])
+
+    monkeypatch.setattr(DataModule, "prediction_transform", staticmethod(mirrored))
+    (artifact,) = export(["--ckpt_path", "last", "--format", "onnx"])
+    assert "prediction_transform is not one the metadata can record" in capsys.readouterr().err
+    metadata = json.loads(metadata_path(artifact).read_text())
+    assert metadata["preprocessing"] is None and "RandomHorizontalFlip" in metadata["transform"]
+    files = write_images(tmp_path / "images")[:-1]
+    classifier, checkpoint = load_classifier(artifact), load_classifier(last)
+    for file in files:
+        assert torch.equal(classifier.read_image(file), checkpoint.read_image(file))
+
+
+# The only modules of the project that predicting and serving an exported artifact import.
+ARTIFACT_MODULES = ("errors", "inference", "predict", "serve")
+# Predict and serve artifacts in a fresh process, then list the modules it imported.
+ISOLATED = """
+import base64, json, sys
+from pathlib import Path
+
+from {{ cookiecutter.package_name }}.inference import load_classifier
+from {{ cookiecutter.package_name }}.predict import predict
+from {{ cookiecutter.package_name }}.serve import ClassifierAPI, ImageRequest
+
+image = Path(sys.argv[1])
+answers = {}
+for artifact in map(Path, sys.argv[2:]):
+    (row,) = predict(load_classifier(artifact), [image])
+    api = ClassifierAPI(artifact)
+    api.setup("cpu")
+    request = ImageRequest(image=base64.b64encode(image.read_bytes()).decode())
+    served = api.encode_response(api.predict(api.decode_request(request)))
+    answers[artifact.suffix] = [row["class"], row["probability"], served["class"],
+                                served["probability"]]
+print(json.dumps({"modules": sorted(sys.modules), "answers": answers}))
+"""
+
+
+def test_an_exported_artifact_predicts_and_serves_without_lightning_or_the_project_classes(
+    exported: list[Path], tmp_path: Path
+) -> None:
+    _, onnx, program, _ = exported
+    image = write_images(tmp_path / "images")[0]
+    command = [sys.executable, "-c", ISOLATED, str(image), str(onnx), str(program)]
+    finished = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    result = json.loads(finished.stdout.splitlines()[-1])
+    tops = {module.split(".")[0] for module in result["modules"]}
+    assert tops & {"lightning", "pytorch_lightning"} == set()
+    package = "{{ cookiecutter.package_name }}"
+    ours = sorted(m for m in result["modules"] if m.split(".")[0] == package)
+    assert ours == [package, *(f"{package}.{name}" for name in ARTIFACT_MODULES)]
+    for suffix, artifact in ((".onnx", onnx), (".pt2", program)):
+        predicted, probability, served, served_probability = result["answers"][suffix]
+        (row,) = classify(load_classifier(artifact), [image])
+        assert predicted == served == row["class"]
+        assert probability == pytest.approx(row["probability"], abs=1e-6)
+        assert served_probability == pytest.approx(row["probability"], abs=1e-6)
 
 
 def test_evaluate_tests_best_and_last_into_the_run_folder(train: Callable) -> None:
