@@ -6,9 +6,9 @@ import inspect
 {%- if cookiecutter.logger != "tensorboard" %}
 import warnings
 {%- endif %}
+from argparse import SUPPRESS
 from datetime import timedelta
 from pathlib import Path
-from typing import Optional
 
 import pytest
 import torch
@@ -20,6 +20,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.strategies import ddp as ddp_module
 
+from {{ cookiecutter.package_name }}.cli import trainer_flag_type
 from {{ cookiecutter.package_name }}.compat import (
 {%- if cookiecutter.logger != "tensorboard" %}
     AppendingCSVLogger,
@@ -27,7 +28,6 @@ from {{ cookiecutter.package_name }}.compat import (
     PacingHook,
     destroy_process_group,
     set_collective_timeout,
-    trainer_flag_type,
 {%- if cookiecutter.sweep == "yes" %}
     trial_id,
 {%- endif %}
@@ -52,6 +52,13 @@ def test_a_single_device_has_no_collective_timeout() -> None:
     assert not set_collective_timeout(SingleDeviceStrategy(torch.device("cpu")), 12.5)
 
 
+def test_lightning_picks_ddp_for_several_devices_itself() -> None:
+    """`auto` with several devices: the strategy train.py gives the timeout to, once built."""
+    trainer = Trainer(accelerator="cpu", devices=2, logger=False, enable_checkpointing=False)
+    assert type(trainer.strategy) is DDPStrategy
+    assert set_collective_timeout(trainer.strategy, 12.5)
+
+
 {% if cookiecutter.logger != "tensorboard" %}def test_the_csv_logger_adds_to_the_metrics_of_a_run_folder(tmp_path: Path) -> None:
     """A resume or an evaluation logs into a run folder that has a metrics.csv already."""
     first = AppendingCSVLogger(tmp_path, name="default", version=0)
@@ -68,10 +75,42 @@ def test_a_single_device_has_no_collective_timeout() -> None:
     assert rows == [("0", "1.5", ""), ("1", "1.25", ""), ("2", "", "0.5")]
 
 
-{% endif %}def test_short_flags_take_the_trainer_arguments_types() -> None:
-    parser = LightningArgumentParser()
+{% endif %}REFUSED = "refused"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [
+        ("accelerator", "cpu", "cpu"),
+        ("devices", "2", "2"),
+        ("devices", "[0, 1]", [0, 1]),
+        ("devices", "auto", "auto"),
+        ("num_nodes", "2", 2),
+        ("num_nodes", "two", REFUSED),
+        ("precision", "bf16-mixed", "bf16-mixed"),
+        ("precision", "16", 16),
+        ("precision", "17", REFUSED),
+        ("strategy", "ddp", "ddp"),
+        ("max_epochs", "3", 3),
+        ("max_epochs", "null", None),
+        ("max_epochs", "3.5", REFUSED),
+    ],
+)
+def test_short_flags_take_the_values_of_the_trainer_arguments(
+    flag: str, value: str, expected: object
+) -> None:
+    parser = LightningArgumentParser(exit_on_error=False)
     parser.add_lightning_class_args(Trainer, "trainer")
-    assert trainer_flag_type(parser, "max_epochs") == Optional[int]  # noqa: UP045
+    short = trainer_flag_type(flag)
+    parser.add_argument(f"--{flag}", dest=f"trainer.{flag}", type=short, default=SUPPRESS)
+
+    def parsed(*args: str) -> object:
+        try:
+            return parser.parse_args(list(args)).trainer[flag]
+        except Exception:
+            return REFUSED
+
+    assert parsed(f"--{flag}", value) == parsed(f"--trainer.{flag}", value) == expected
 
 
 def test_the_process_group_goes_with_its_gloo_backend(tmp_path: Path) -> None:

@@ -184,6 +184,18 @@ def test_default_workers_are_a_share_of_the_cpus(
     assert make_datamodule(num_workers=None).num_workers >= 1
 
 
+def test_default_workers_leave_cpus_to_every_process_of_the_run(
+    make_datamodule: Callable[..., DataModule], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(8)), raising=False)
+    default, given = make_datamodule(num_workers=None), make_datamodule(num_workers=6)
+    assert default.num_workers == 4  # one process: half of the 8 CPUs
+    for devices, workers in ((2, 3), (4, 1)):  # Lightning's bound: 8 // devices - 1
+        default.trainer = given.trainer = Trainer(accelerator="cpu", devices=devices, logger=False)
+        assert default.num_workers == workers
+        assert given.num_workers == 6  # as given
+
+
 @pytest.mark.parametrize(
     ("key", "value"), [("batch_size", 0), ("val_fraction", 1.5), ("num_workers", -1)]
 )

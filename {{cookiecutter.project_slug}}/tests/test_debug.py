@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from lightning.pytorch.utilities.model_summary import ModelSummary
 from logged import scalars
 from torch import Tensor, nn
+from torchmetrics.classification import MulticlassConfusionMatrix
 
 from {{ cookiecutter.package_name }} import env
 from {{ cookiecutter.package_name }}.callbacks import PacedProgressBar
@@ -20,6 +21,7 @@ from {{ cookiecutter.package_name }}.cli import build_cli
 from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.errors import ConfigError
 from {{ cookiecutter.package_name }}.model import ImageClassifier
+from {{ cookiecutter.package_name }}.plots import confusion_figure
 
 RUN = Path("runs/default/version_0")
 DEBUG = Path(__file__).parents[1] / "configs" / "debug"
@@ -76,6 +78,18 @@ def test_run_draws_curves_and_confusion_matrix_and_logs_grad_norms_and_throughpu
     assert scalars(RUN, "grad_2.0_norm/head.1.weight")
     assert scalars(RUN, "train/device/samples_per_sec")
     assert scalars(RUN, "train/device/batches_per_sec")
+
+
+def test_the_confusion_matrix_names_the_classes_and_counts_each_cell() -> None:
+    matrix = MulticlassConfusionMatrix(3)
+    matrix.update(torch.tensor([0, 1, 1, 2, 2, 2]), torch.tensor([0, 1, 2, 2, 2, 0]))
+    counts = matrix.compute()  # rows: true class, columns: predicted class
+    axes = confusion_figure(matrix, counts, ["cat", "dog", "fox"]).axes[0]
+    assert [label.get_text() for label in axes.get_xticklabels()] == ["cat", "dog", "fox"]
+    assert [label.get_text() for label in axes.get_yticklabels()] == ["cat", "dog", "fox"]
+    cells = {text.get_position(): text.get_text() for text in axes.texts}  # (column, row)
+    assert cells[(2, 0)] == "1" and cells[(0, 2)] == "0"  # a cat taken for a fox, not back
+    assert cells[(2, 2)] == "2" and len(cells) == 9
 
 
 class CurvesSeen(Callback):

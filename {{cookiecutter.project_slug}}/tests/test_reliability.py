@@ -7,10 +7,15 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from lightning.pytorch.strategies import DDPStrategy
+
+from {{ cookiecutter.package_name }}.cli import build_cli
 
 TESTS = Path(__file__).resolve().parent
 RUN = Path("runs/default")
@@ -158,12 +163,62 @@ def test_a_failing_rank_stops_every_process(command: Callable, tmp_path: Path) -
     assert "injected failure on rank 1 at step 2" in failed.stderr
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sigterm", [False, True], ids=["waiting", "sigterm"])
-def test_processes_out_of_step_end_with_an_error_naming_rank_and_collective(
-    sigterm: bool, command: Callable, tmp_path: Path
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        ["--strategy", "ddp"],
+        ["--strategy", "ddp_spawn"],
+        ["--trainer.strategy", "DDPStrategy", "--trainer.strategy.start_method", "spawn"],
+    ],
+    ids=["name", "spawn", "class"],
+)
+def test_a_strategy_given_by_name_or_class_waits_the_collective_timeout(
+    strategy: list[str], data_args: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    args = ["--devices", "2", "--strategy", "ddp", "--max_epochs", "1"]
+    layout = ["--accelerator", "cpu", "--devices", "2", "--collective_timeout", "12.5"]
+    cli = build_cli([*layout, *strategy, *data_args])
+    given: dict[str, object] = {}
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda *_, **kw: given.update(kw))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # Lightning sets them; put back after
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    assert isinstance(cli.trainer.strategy, DDPStrategy)
+    cli.trainer.strategy.setup_distributed()  # what each process does first
+    assert given["timeout"] == timedelta(seconds=12.5)
+
+
+def test_a_run_with_a_named_strategy_saves_it_resumable_with_its_timeout(
+    train: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    timeouts = []
+    init_process_group = torch.distributed.init_process_group
+
+    def recorded(*args: object, **kwargs: object) -> None:
+        timeouts.append(kwargs["timeout"])
+        init_process_group(*args, **kwargs)
+
+    monkeypatch.setattr(torch.distributed, "init_process_group", recorded)
+    train("--strategy", "ddp", "--max_epochs", "1", "--collective_timeout", "12.5")
+    saved = yaml.safe_load((RUN / "version_0" / "config.yaml").read_text())
+    assert saved["trainer"]["strategy"] == {
+        "class_path": "lightning.pytorch.strategies.ddp.DDPStrategy",
+        "init_args": {"start_method": "popen", "timeout": "0:00:12.500000"},
+    }
+    # Resumed from that config; a timeout given then is the one that counts.
+    train("--ckpt_path", "last", "--max_epochs", "2", "--collective_timeout", "30")
+    assert saved_step(RUN / "version_0") == 8
+    assert timeouts == [timedelta(seconds=12.5), timedelta(seconds=30)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("strategy", "sigterm"),
+    [("ddp", False), ("ddp", True), ("auto", False)],
+    ids=["waiting", "sigterm", "waiting-auto"],  # auto: Lightning picks DDP for two devices
+)
+def test_processes_out_of_step_end_with_an_error_naming_rank_and_collective(
+    strategy: str, sigterm: bool, command: Callable, tmp_path: Path
+) -> None:
+    args = ["--devices", "2", "--strategy", strategy, "--max_epochs", "1"]
     args += ["--collective_timeout", "10", *with_callback("CollectiveOnOneRank", step=2, rank=1)]
     log = tmp_path / "output.log"
     started = time.monotonic()

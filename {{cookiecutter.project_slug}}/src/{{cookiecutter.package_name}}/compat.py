@@ -3,11 +3,12 @@
 import csv
 {%- endif %}
 from datetime import timedelta
+{%- if cookiecutter.sweep == "yes" %}
 from typing import Any
+{%- endif %}
 
 import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
-from lightning.pytorch.cli import LightningArgumentParser
 {%- if cookiecutter.logger != "tensorboard" %}
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
@@ -17,11 +18,15 @@ from lightning.pytorch.strategies import Strategy
 
 
 def set_collective_timeout(strategy: Strategy, seconds: float) -> bool:
-    """Make the process group of `strategy` give up on a collective after `seconds`.
+    """Make the process group of `strategy`, already built, give up on a collective after
+    `seconds`.
 
-    Lightning's DDP and FSDP strategies take a `timeout` argument but keep it private, and
-    a strategy named on the command line (`--strategy ddp`) is built with torch's default of
-    30 minutes. Returns False for a strategy without a process group of its own.
+    For a strategy that Lightning picks itself: `--strategy auto` (the default) with several
+    devices or nodes gives DDP, built from its registry's defaults (torch's 30 minutes), and
+    no public setting reaches its timeout. A strategy the config names, by name or class, gets
+    `timeout` as an argument instead (TrainCLI.before_instantiate_classes). The DDP and FSDP
+    strategies keep the argument in a private attribute. Returns False for a strategy without
+    a process group of its own.
     """
     if not hasattr(strategy, "_timeout"):
         return False
@@ -53,16 +58,7 @@ class AppendingCSVLogger(CSVLogger):
         return self._experiment
 
 
-{% endif %}def trainer_flag_type(parser: LightningArgumentParser, flag: str) -> Any:
-    """The type the parser gives --trainer.<flag>, for a short flag that takes the same values.
-
-    jsonargparse keeps an argument's type on the action, in a private attribute.
-    """
-    (action,) = [a for a in parser._actions if a.dest == f"trainer.{flag}"]
-    return action._typehint
-
-
-def destroy_process_group() -> None:
+{% endif %}def destroy_process_group() -> None:
     """destroy_process_group, without the gloo deadlock of torch before 2.8.
 
     There, the process group's destructor holds the GIL while it joins gloo's worker threads,

@@ -19,6 +19,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.utilities.seed import pl_worker_init_function
+from lightning.pytorch.utilities import suggested_max_num_workers
 from torch import Tensor
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -107,7 +108,7 @@ class ImageDataModule(L.LightningDataModule):
             )
         self.folds, self.fold = folds, fold
         self.batch_size = batch_size
-        self.num_workers = default_num_workers() if num_workers is None else num_workers
+        self._num_workers = num_workers
         self.val_fraction = val_fraction
         self.seed = seed
         self.train_set: Dataset | None = None
@@ -119,6 +120,18 @@ class ImageDataModule(L.LightningDataModule):
     @property
     def num_classes(self) -> int:
         return len(self.class_names)
+
+    @property
+    def num_workers(self) -> int:
+        """Each loader's workers: as given, else a share of the CPUs (`default_num_workers`)
+        for each process of the run on this machine (the Trainer's devices, once attached)."""
+        if self._num_workers is not None:
+            return self._num_workers
+        return default_num_workers(self.trainer.num_devices if self.trainer is not None else 1)
+
+    @num_workers.setter
+    def num_workers(self, num_workers: int | None) -> None:
+        self._num_workers = num_workers
 
     def train_dataloader(self) -> DataLoader:
         loader = self.make_loader(self.train_set, shuffle=True)
@@ -340,9 +353,11 @@ def usable_cpus() -> int | None:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def default_num_workers() -> int:
-    """Half of the CPUs this process may use (at least 1, at most 8)."""
-    return max(1, min(8, (usable_cpus() or 2) // 2))
+def default_num_workers(processes: int = 1) -> int:
+    """Half of the CPUs this process may use (at least 1, at most 8), within the upper bound
+    Lightning suggests for `processes` processes on this machine (their CPUs shared out, one
+    left to each process itself)."""
+    return max(1, min(8, (usable_cpus() or 2) // 2, suggested_max_num_workers(processes)))
 
 
 def start_worker(worker_id: int, main_process: int) -> None:

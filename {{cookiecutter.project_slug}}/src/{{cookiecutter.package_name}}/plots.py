@@ -1,11 +1,11 @@
 """Pictures of a run, written into <run folder>/plots/ on rank 0: curves and a confusion matrix.
 
-Figures are drawn with matplotlib's object API (no pyplot), which renders with Agg and
-needs no display.
+Figures are made with matplotlib's object API (no pyplot figure), which renders with Agg
+and needs no display; torchmetrics draws the confusion matrix onto one.
 """
 
-import itertools
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -122,7 +122,7 @@ class ConfusionMatrixPlot(L.Callback):
         folder = plots_folder(trainer)
         if folder is not None:
             names = getattr(trainer.datamodule, "class_names", None)
-            save(confusion_figure(counts, names), folder / "confusion_matrix.png")
+            save(confusion_figure(self.matrix, counts, names), folder / "confusion_matrix.png")
 
 
 def plots_folder(trainer: L.Trainer) -> Path | None:
@@ -147,24 +147,29 @@ def line_plot(title: str, xlabel: str, ylabel: str, series: dict[str, dict[int, 
     return figure
 
 
-def confusion_figure(counts: Tensor, class_names: Sequence[str] | None) -> Figure:
-    """Rows: true class, columns: predicted class; each cell shows its count."""
+def confusion_figure(
+    matrix: MulticlassConfusionMatrix, counts: Tensor, class_names: Sequence[str] | None
+) -> Figure:
+    """`counts` (rows: true class, columns: predicted class) drawn by the metric's own plot,
+    each cell with its count (up to 30 classes), the axes named by class."""
     n = len(counts)
-    names = list(class_names) if class_names is not None else [str(i) for i in range(n)]
     size = min(max(4.0, 0.45 * n + 2), 20.0)
     figure = Figure(figsize=(size, size), layout="constrained")
     axes = figure.add_subplot()
-    image = axes.imshow(counts.numpy(), cmap="Blues")
-    figure.colorbar(image, ax=axes, shrink=0.8)
-    axes.set(title="Confusion matrix (test)", xlabel="predicted", ylabel="true")
-    axes.set_xticks(range(n), names, rotation=45, ha="right")
-    axes.set_yticks(range(n), names)
-    if n <= 30:  # beyond that the numbers no longer fit in the cells
-        threshold = counts.max().item() / 2
-        for row, column in itertools.product(range(n), range(n)):
-            count = int(counts[row, column])
-            color = "white" if count > threshold else "black"
-            axes.text(column, row, count, ha="center", va="center", color=color, fontsize=8)
+    labels = list(class_names) if class_names is not None else None
+    with warnings.catch_warnings():
+        # torchmetrics gives matplotlib the tensor, whose __array__ numpy 2 calls dated.
+        warnings.filterwarnings("ignore", "__array__ implementation", DeprecationWarning)
+        # Beyond 30 classes the numbers no longer fit in the cells.
+        matrix.plot(counts, ax=axes, add_text=n <= 30, labels=labels, cmap="Blues")
+    figure.colorbar(axes.images[0], ax=axes, shrink=0.8)
+    axes.set_title("Confusion matrix (test)")
+    # Long class names end under their column and read level beside their row.
+    for name in axes.get_xticklabels():
+        name.set_horizontalalignment("right")
+    axes.tick_params(axis="y", labelrotation=0)
+    for count in axes.texts:
+        count.set_fontsize(8)
     return figure
 
 

@@ -45,13 +45,20 @@ def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
         sys.exit(f"error: {str(error).splitlines()[0]}")
     trainer, model, data = cli.trainer, cli.model, cli.datamodule
     try:
-        set_collective_timeout(trainer.strategy, cli.config.collective_timeout)
+        # `auto` (the default): Lightning picks the strategy, DDP for several devices, built
+        # without the timeout that a strategy the config names is given (cli.py).
+        if isinstance(cli.config.trainer.strategy, str):
+            set_collective_timeout(trainer.strategy, cli.config.collective_timeout)
         for logger in trainer.loggers:
             _ = logger.version  # fix the run folder now: processes started later use it too
         with stops_in_one_line(trainer, cli.config.collective_timeout):
-            trainer.fit(model, datamodule=data, ckpt_path=cli.config.ckpt_path)
+            # Checkpoints hold tensors and plain data only (check_resumable read the resumed
+            # one that way): loaded weights-only, a file runs no code, whatever torch's default.
+            trainer.fit(model, datamodule=data, ckpt_path=cli.config.ckpt_path, weights_only=True)
             best = best_checkpoint(trainer)
-            results = trainer.test(model, datamodule=data, ckpt_path=best, verbose=False)
+            results = trainer.test(
+                model, datamodule=data, ckpt_path=best, verbose=False, weights_only=True
+            )
         metrics = {key: float(value) for key, value in results[0].items()} if results else {}
         write_results(trainer, best, metrics)
         log_hyperparameters(trainer, cli.config, metrics)
