@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
@@ -157,17 +158,19 @@ def plain_side(
     data = importlib.import_module(f"{package}.data")
     model_module = importlib.import_module(f"{package}.model")
     datamodule = importlib.import_module(f"{package}.datamodule")
-    torch.manual_seed(42)  # what the CLI's seed_everything(42) does before building the model
+    # The network and loss exactly as train.py builds them, seed and initial weights included
+    # (the project's configs/default.yaml: ConvNet stored channels-last, label smoothing).
+    cli = importlib.import_module(f"{package}.cli")
+    flags = [
+        arg
+        for key, value in data_kwargs.items()
+        for arg in (f"--data.{key}", value if isinstance(value, str) else json.dumps(value))
+    ]
+    model = cli.build_model([*flags, "--accelerator", "cpu", "--devices", "1"])
+    network = model.backbone.to(device)
     dm = data.DataModule(**data_kwargs)
     dm.prepare_data()
     dm.setup("fit")
-    # The network and loss exactly as train.py builds them (ConvNet stored channels-last; the
-    # CLI's default loss, label smoothing included).
-    cli = importlib.import_module(f"{package}.cli")
-    module, _, name = cli.DEFAULT_LOSS["class_path"].rpartition(".")
-    loss = partial(getattr(importlib.import_module(module), name), **cli.DEFAULT_LOSS["init_args"])
-    model = model_module.ImageClassifier(dm.num_classes, dm.input_shape, loss=loss)
-    network = model.backbone.to(device)
     if classic:
         train_set, val_set = classic_sets(package, dm)
         workers = datamodule.default_num_workers()
@@ -339,7 +342,8 @@ def accuracy(options: argparse.Namespace) -> dict[str, Any]:
         "--trainer.limit_train_batches", str(options.limit),
         "--trainer.limit_val_batches", str(options.limit),
     ]  # fmt: skip
-    epochs = options.epochs if options.limit is not None else cli.DEFAULT_MAX_EPOCHS
+    default_epochs = yaml.safe_load(cli.project_defaults().read_text())["trainer"]["max_epochs"]
+    epochs = options.epochs if options.limit is not None else default_epochs
     results: dict[str, Any] = {"epochs": epochs, "runs": []}
     for seed in options.seeds:
         # The data seed draws the split (digits: train/val/test, otherwise train/val); the

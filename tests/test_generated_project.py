@@ -1,5 +1,6 @@
 """The generated project's own test suite passes, for each dataset."""
 
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -48,7 +49,9 @@ def run_suite(rendered: Render, workdir: Path, case: str) -> tuple[str, str]:
         # The longest suite (image_folder) takes about 35 minutes beside another on a loaded
         # 2-core machine; its multi-process tests end within limits of their own.
         timeout=3000,
-        PYTHONPATH=str(site),
+        # src/ first: the package reads configs/default.yaml beside src/, as in the editable
+        # install a user makes; the installed copy shows the project installs.
+        PYTHONPATH=os.pathsep.join([str(rendered.path / "src"), str(site)]),
     )
     return install.stdout, tests.stdout + f"\n[exit status {tests.returncode}]"
 

@@ -1,6 +1,10 @@
-"""configs/default.yaml shows every default of train.py, each key with a comment."""
+"""configs/default.yaml holds every default of train.py, each key with a comment."""
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +76,26 @@ def test_every_key_of_the_default_config_has_a_comment() -> None:
         if KEY_LINE.match(line) and " # " not in line and not previous.lstrip().startswith("#")
     ]
     assert not bare, f"keys without a comment in {DEFAULTS.name}: {bare}"
+
+
+def test_a_default_changed_only_in_the_file_changes_the_run(tmp_path: Path) -> None:
+    """The file is found beside the project's code, whatever the working directory."""
+    project = tmp_path / "project"
+    for name in ("src", "configs"):
+        shutil.copytree(DEFAULTS.parents[1] / name, project / name)
+    shutil.copy(DEFAULTS.parents[1] / "train.py", project)
+    edited = yaml.safe_load(DEFAULTS.read_text())
+    edited["trainer"]["max_epochs"] = 3
+    edited["model"]["warmup_fraction"] = 0.25
+    (project / "configs" / "default.yaml").write_text(yaml.safe_dump(edited))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    printed = subprocess.run(
+        [sys.executable, str(project / "train.py"), "--print_config"],
+        cwd=elsewhere, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(project / "src")},
+    )  # fmt: skip
+    assert printed.returncode == 0, printed.stderr[-3000:]
+    config = yaml.safe_load(printed.stdout)
+    assert config["trainer"]["max_epochs"] == 3
+    assert config["model"]["warmup_fraction"] == 0.25

@@ -1,5 +1,6 @@
 """The network and the LightningModule, without the command line."""
 
+import logging
 from collections.abc import Callable
 from functools import partial
 from itertools import pairwise
@@ -144,10 +145,30 @@ def test_a_penalty_that_a_module_carries_is_logged(datamodule: DataModule) -> No
     trainer = quiet_trainer(max_epochs=1, limit_train_batches=2)
     trainer.fit(model, datamodule=datamodule)
     logged = trainer.callback_metrics
-    assert float(logged["train/regularization/head.1_step"]) > 0
+    assert float(logged["train/regularization/head.l2_linear_step"]) > 0
     assert float(logged["train/regularization_epoch"]) == pytest.approx(
-        float(logged["train/regularization/head.1_epoch"])
+        float(logged["train/regularization/head.l2_linear_epoch"])
     )
+
+
+def test_a_schedule_too_short_for_its_warmup_says_so_once(
+    datamodule: DataModule, caplog: pytest.LogCaptureFixture
+) -> None:
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=2)
+    with caplog.at_level(logging.INFO, logger="lightning.pytorch"):
+        trainer.fit(model_for(datamodule), datamodule=datamodule)
+    notes = [record.message for record in caplog.records if "optimizer steps" in record.message]
+    assert notes == [
+        "the learning rate warms up for 1 and decays to zero over only 2 optimizer steps (fewer "
+        "than 100): train longer (--max_epochs), use smaller batches (--data.batch_size) or a "
+        "constant rate (--model.scheduler)"
+    ]
+    caplog.clear()
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=2)
+    with caplog.at_level(logging.INFO, logger="lightning.pytorch"):
+        constant = model_for(datamodule, scheduler=torch.optim.lr_scheduler.ConstantLR)
+        trainer.fit(constant, datamodule=datamodule)
+    assert not [record for record in caplog.records if "optimizer steps" in record.message]
 
 
 def test_overfitting_one_batch_drives_the_loss_near_zero(datamodule: DataModule) -> None:

@@ -229,3 +229,19 @@ def test_a_paired_comparison_weighs_the_difference_against_the_seed_spread(
     assert [row["run"] for row in rows] == [str(tmp_path / n) for n in ("b", "c", "a")]
     assert rows[2]["test/acc"] == f"{statistics.fmean(a):.4f} ± {statistics.stdev(a):.4f}"
     assert rows[2]["runs"] == "4" and "seed_everything" not in rows[0]
+
+
+def test_the_table_ranks_by_the_direction_each_run_recorded(tmp_path: Path) -> None:
+    # A metric whose name says nothing: lower is better because the runs recorded so.
+    for name, value in (("a", 0.2), ("b", 0.1), ("c", 0.3)):
+        run = tmp_path / name / "version_0"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(yaml.safe_dump({"model": {"tag": name}}))
+        (run / "test_metrics.json").write_text(json.dumps({"checkpoint": "", "test/ece": value}))
+        (run / "metric_directions.json").write_text(json.dumps({"val/ece": "min"}))
+    rows = list(csv.DictReader(io.StringIO(table([tmp_path], "test/ece", "csv"))))
+    assert [row["test/ece"] for row in rows] == ["0.1000", "0.2000", "0.3000"]
+    for run in tmp_path.glob("*/version_0"):  # runs from before the record: by the name
+        (run / "metric_directions.json").unlink()
+    rows = list(csv.DictReader(io.StringIO(table([tmp_path], "test/ece", "csv"))))
+    assert [row["test/ece"] for row in rows] == ["0.3000", "0.2000", "0.1000"]

@@ -14,10 +14,13 @@ import yaml
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ThroughputMonitor, TQDMProgressBar
 from logged import hyperparameters, scalars
+from torchmetrics.classification import MulticlassCalibrationError
 
 from {{ cookiecutter.package_name }}.callbacks import EpochLine
 from {{ cookiecutter.package_name }}.cli import CALLBACKS, TrainCLI, build_cli
+from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.model import ImageClassifier
+from {{ cookiecutter.package_name }}.runs import metric_directions
 
 PROJECT = Path(__file__).resolve().parents[1]
 CONFIGS = PROJECT / "configs"
@@ -51,6 +54,8 @@ def test_run_folder_holds_config_checkpoints_logs_and_test_metrics(train: Callab
     assert len(best) == 1 and "val_loss" in best[0].name
     saved = json.loads((RUN / "test_metrics.json").read_text())
     assert saved["test/acc"] == pytest.approx(metrics["test/acc"])
+    directions = json.loads((RUN / "metric_directions.json").read_text())
+    assert directions == {"val/loss": "min", "val/acc": "max", "val/f1": "max"}
     assert Path(saved["checkpoint"]) == best[0]
     tags = ("train/loss_step", "val/loss", "val/acc", "val/f1", "test/acc")
     for tag in (*tags, "lr-AdamW/classifier", "lr-AdamW/features"):
@@ -216,6 +221,36 @@ def test_the_headline_metric_is_one_key(train: Callable, capsys: pytest.CaptureF
     assert "(val/f1 " in capsys.readouterr().out  # the summary's best checkpoint line
 
 
+def test_which_way_the_monitored_metric_is_better_comes_from_the_model(
+    data_args: list[str],
+) -> None:
+    for monitor, mode in (("val/f1", "max"), ("val/loss", "min")):
+        trainer = parse(*data_args, "--monitor", monitor).trainer
+        assert trainer.checkpoint_callback.monitor == monitor
+        assert trainer.checkpoint_callback.mode == mode
+        assert trainer.early_stopping_callback.mode == mode
+    model = ImageClassifier(3, (1, 8, 8))
+    model.val_metrics.add_metrics({"ece": MulticlassCalibrationError(3)})  # lower is better
+    assert metric_directions(model) == {
+        "val/loss": "min", "val/acc": "max", "val/f1": "max", "val/ece": "min"
+    }  # fmt: skip
+
+
+def test_a_monitor_the_model_does_not_log_is_refused_before_any_data_loads(
+    train: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded = []
+    monkeypatch.setattr(DataModule, "setup", lambda self, stage: loaded.append(stage))
+    with pytest.raises(SystemExit) as exit_info:
+        train("--monitor", "val/acc_typo")
+    assert str(exit_info.value.code) == (
+        "error: --monitor val/acc_typo is not a validation metric the model logs; accepted: "
+        "val/loss, val/acc, val/f1"
+    )
+    assert not loaded
+    assert not Path("runs").exists()
+
+
 def test_same_seed_gives_identical_metrics_when_deterministic(train: Callable) -> None:
     first = train("--trainer.deterministic", "true", "--seed_everything", "7")
     second = train("--trainer.deterministic", "true", "--seed_everything", "7")
@@ -236,7 +271,8 @@ def test_short_flags_set_the_trainer(data_args: list[str]) -> None:
     )
     assert cli.trainer.max_epochs == 3
     assert cli.trainer.precision == "bf16-mixed"
-    assert parse(*data_args).trainer.max_epochs == cli.parser.get_defaults().trainer.max_epochs
+    defaults = yaml.safe_load((CONFIGS / "default.yaml").read_text())
+    assert parse(*data_args).trainer.max_epochs == defaults["trainer"]["max_epochs"]
 
 
 def test_backbone_optimizer_and_scheduler_by_config(data_args: list[str], tmp_path: Path) -> None:
@@ -369,5 +405,5 @@ def test_every_callback_is_in_the_run_config_and_a_flag_switches_it_off(train: C
     # the average of the weights and the frozen backbone are off unless asked for.
     off = {"epoch_line", "throughput", "progress_bar", "ema", "freeze_backbone"}
     assert on == set(CALLBACKS) - off
-    assert {CALLBACKS[key][0] for key in on} <= seen.classes
+    assert {CALLBACKS[key] for key in on} <= seen.classes
     assert not {EpochLine, ThroughputMonitor, TQDMProgressBar} & seen.classes

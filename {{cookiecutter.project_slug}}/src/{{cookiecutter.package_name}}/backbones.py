@@ -1,6 +1,3 @@
-{#- ConvNet per dataset: the first stage's channels and the number of halving stages (digits 8x8 and
-MNIST-sized images end at 2x2 or 7x7; 32 and 64 pixels go one stage further). -#}
-{%- set net = {"digits": (32, 2), "mnist": (16, 2), "fashion_mnist": (32, 2), "cifar10": (32, 3), "image_folder": (16, 3)}[cookiecutter.dataset] -%}
 """Plain nn.Modules that map a batch of images (N, C, H, W) to class logits.
 
 Each takes `in_channels` and `num_classes` first; the model builds it with the
@@ -22,8 +19,8 @@ class ConvNet(nn.Module):
         self,
         in_channels: int,
         num_classes: int,
-        width: int = {{ net[0] }},
-        stages: int = {{ net[1] }},
+        width: int = 32,
+        stages: int = 2,
         dropout: float = 0.1,
         head_penalty: float = 0.0,
     ) -> None:

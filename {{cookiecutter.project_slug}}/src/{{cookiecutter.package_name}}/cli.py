@@ -12,12 +12,14 @@ import sys
 import warnings
 from argparse import SUPPRESS
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 import torch
+from jsonargparse import Namespace
 from jsonargparse.typing import PositiveFloat
-from lightning.pytorch import Callback
+from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import (
     EarlyStopping,
     LearningRateMonitor,
@@ -27,77 +29,59 @@ from lightning.pytorch.callbacks import (
     TQDMProgressBar,
 )
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.strategies import StrategyRegistry
 
-from .callbacks import BatchSizeReport, BestValidation, EpochLine, SyncEpochMetrics, samples_in
+from .callbacks import BatchSizeReport, BestValidation, EpochLine, SyncEpochMetrics
 from .checkpoint import run_config
-from .compat import trainer_flag_type
-from .data import DataModule
 from .datamodule import ImageDataModule
 from .errors import ConfigError, config_error_in
 from .guards import RngState, SaveOnPreemption, StopOnDivergence
-from .loggers import LOGGER
-from .model import MONITORABLE, ImageClassifier
+from .model import ImageClassifier
 from .plots import ConfusionMatrixPlot, TrainingCurves
 from .runs import (
     SaveRunConfig,
     first_logger,
     log_into_resumed_run,
+    metric_directions,
+    release,
     resume_checkpoint,
 )
 
-# A kill loses at most this many optimizer steps (plus the epoch-end checkpoints).
-CHECKPOINT_EVERY_N_STEPS = 100
 # Seconds one process waits for the others in a collective before the run stops with an error.
 # Long enough for rank 0 to download a dataset while the others wait; torch's own default is
 # 30 minutes, so a run whose processes fell out of step would seem to hang.
 COLLECTIVE_TIMEOUT = 600.0
 SHORT_FLAGS = ("accelerator", "devices", "num_nodes", "precision", "strategy", "max_epochs")
-# train.py's loss; smoothing keeps the model from growing its logits without bound.
-DEFAULT_LOSS = {"class_path": "torch.nn.CrossEntropyLoss", "init_args": {"label_smoothing": 0.1}}
-DEFAULT_MAX_EPOCHS = {{ {"digits": 30, "mnist": 10, "fashion_mnist": 20, "cifar10": 40, "image_folder": 30}[cookiecutter.dataset] }}
 
-
-# Every callback of a run, under its own key with its settings: each shows in the run's
-# config.yaml, changes by flag (--early_stopping.patience 5) or by class (--progress_bar
-# <package>.callbacks.PacedProgressBar), and `--<key> null` switches it off.
+# Every callback of a run, under its own key: each shows in the run's config.yaml, changes by
+# flag (--early_stopping.patience 5) or by class (--progress_bar <package>.callbacks.
+# PacedProgressBar), and `--<key> null` switches it off. The class and settings each key starts
+# with are in configs/default.yaml; None: off there (freeze_backbone, ema).
 CALLBACKS = {
     # The best checkpoint by --monitor (its name and mode follow it), and the newest state
     # for resuming in last.ckpt, which ModelCheckpoint's own save_last refreshes only when the
     # best improves. Lightning takes an epoch or a step interval per callback, so two refresh
     # last.ckpt: one after every validation, one every N steps (a kill loses at most N).
-    "checkpoint": (ModelCheckpoint, {"auto_insert_metric_name": False}),
-    "last_checkpoint": (ModelCheckpoint, {"filename": "last", "enable_version_counter": False}),
-    "step_checkpoint": (
-        ModelCheckpoint,
-        {
-            "filename": "last",
-            "enable_version_counter": False,
-            "every_n_train_steps": CHECKPOINT_EVERY_N_STEPS,
-        },
-    ),
-    # The metric exists only after validation: checked there, not at the train epoch's end.
-    "early_stopping": (EarlyStopping, {"patience": 10, "check_on_train_epoch_end": False}),
-    # Off unless a class is given (configs/model/finetune.yaml): the classifier trains alone
-    # for the first epochs (on weights from --init_from, say), then the whole network. Before
-    # the LR monitor, which then logs the frozen layers' rate as 0.
+    "checkpoint": ModelCheckpoint,
+    "last_checkpoint": ModelCheckpoint,
+    "step_checkpoint": ModelCheckpoint,
+    "early_stopping": EarlyStopping,
+    # Before the LR monitor, which then logs the frozen layers' rate as 0.
     "freeze_backbone": None,
-    "lr_monitor": (LearningRateMonitor, {"logging_interval": "step"}),
-    # Off unless a class is given (configs/model/ema.yaml): an average of the weights that
-    # validation and the checkpoints hold, so the best checkpoint, the test and export use it.
+    "lr_monitor": LearningRateMonitor,
     "ema": None,
-    "curves": (TrainingCurves, {}),
-    "confusion_matrix": (ConfusionMatrixPlot, {}),
-    # val_metrics.json: the validation metrics at the best checkpoint (repeat.py, results.py).
-    "best_validation": (BestValidation, {}),
-    "sync_epoch_metrics": (SyncEpochMetrics, {}),  # before the bar: every rank syncs at one point
-    "batch_size_report": (BatchSizeReport, {}),
-    "epoch_line": (EpochLine, {}),
-    "throughput": (ThroughputMonitor, {"batch_size_fn": samples_in, "window_size": 20}),
-    "rng_state": (RngState, {}),
-    "stop_on_divergence": (StopOnDivergence, {}),
-    "save_on_preemption": (SaveOnPreemption, {}),
+    "curves": TrainingCurves,
+    "confusion_matrix": ConfusionMatrixPlot,
+    "best_validation": BestValidation,
+    "sync_epoch_metrics": SyncEpochMetrics,  # before the bar: every rank syncs at one point
+    "batch_size_report": BatchSizeReport,
+    "epoch_line": EpochLine,
+    "throughput": ThroughputMonitor,
+    "rng_state": RngState,
+    "stop_on_divergence": StopOnDivergence,
+    "save_on_preemption": SaveOnPreemption,
     # Off when the bar is off (--trainer.enable_progress_bar false) or trainer.callbacks has one.
-    "progress_bar": (TQDMProgressBar, {}),
+    "progress_bar": TQDMProgressBar,
 }
 
 
@@ -131,7 +115,7 @@ class TrainCLI(LightningCLI):
             parser.add_argument(
                 f"--{flag}",
                 dest=f"trainer.{flag}",
-                type=trainer_flag_type(parser, flag),
+                type=trainer_flag_type(flag),
                 default=SUPPRESS,
                 help=f"Short for --trainer.{flag}.",
             )
@@ -145,27 +129,30 @@ class TrainCLI(LightningCLI):
         # (the digits reach 1.0 within a few epochs) and would freeze the choice there.
         parser.add_argument(
             "--monitor",
-            type=Literal[tuple(MONITORABLE)],
+            type=str,
             default="val/loss",
             help="The validation metric that picks the best checkpoint (the one tested) and "
-            "stops the run early.",
+            "stops the run early: val/loss or a metric the model logs (e.g. val/acc).",
         )
         for callback in ("checkpoint", "early_stopping"):
             parser.link_arguments("monitor", f"{callback}.init_args.monitor")
-            parser.link_arguments("monitor", f"{callback}.init_args.mode", compute_fn=mode_of)
+            # Which way is better comes from the model's metrics, so it exists only once the
+            # model does; a --monitor the model does not log stops the run here, before data.
+            target, mode_of = f"{callback}.init_args.mode", self.mode_of
+            parser.link_arguments("model", target, compute_fn=mode_of, apply_on="instantiate")
         parser.link_arguments(
             "monitor", "checkpoint.init_args.filename", compute_fn=checkpoint_name
         )
-        parser.set_defaults(
-            {
-                **{key: as_config(*callback) for key, callback in CALLBACKS.items() if callback},
-                "model.loss": DEFAULT_LOSS,
-                "trainer.max_epochs": DEFAULT_MAX_EPOCHS,
-                "trainer.log_every_n_steps": 10,
-                "trainer.logger": LOGGER,
-                "data": {"class_path": f"{DataModule.__module__}.{DataModule.__qualname__}"},
-            }
-        )
+
+    def mode_of(self, model: LightningModule) -> str:
+        """'min' or 'max': which way --monitor is better, as the model's metric says."""
+        monitor, directions = self.config["monitor"], metric_directions(model)
+        if monitor not in directions:
+            raise ConfigError(
+                f"--monitor {monitor} is not a validation metric the model logs; accepted: "
+                f"{', '.join(directions)}"
+            )
+        return directions[monitor]
 
     def parse_arguments(self, parser: LightningArgumentParser, args: object) -> None:
         """Parse; resuming a run folder's checkpoint puts the run's own config.yaml first.
@@ -192,6 +179,11 @@ class TrainCLI(LightningCLI):
             raise cause from None
         self.datamodule.check_contract()
 
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        parser = super().init_parser(**kwargs)
+        parser.defaults_file = project_defaults()
+        return parser
+
     def before_instantiate_classes(self) -> None:
         check_devices(self.config.trainer.accelerator, self.config.trainer.devices)
         if not wants_default_progress_bar(self.config.trainer):
@@ -202,6 +194,22 @@ class TrainCLI(LightningCLI):
         ]
         if self.config.ckpt_path is not None:  # keep logging into the run being resumed
             log_into_resumed_run(first_logger(self.config), Path(self.config.ckpt_path))
+        # A strategy with a process group (DDP, FSDP, ...) gives up on a collective after
+        # --collective_timeout seconds, not torch's 30 minutes: one given by name becomes the
+        # class and arguments that Lightning's registry holds for the name, and the timeout
+        # joins its arguments (config.yaml shows them). `auto` stays: train.py sets the timeout
+        # of the strategy that Lightning picks.
+        strategy = self.config.trainer.strategy
+        if isinstance(strategy, str) and strategy.lower() in StrategyRegistry:
+            registered = StrategyRegistry[strategy.lower()]
+            cls = registered["strategy"]
+            strategy = Namespace(
+                class_path=f"{cls.__module__}.{cls.__qualname__}",
+                init_args=Namespace(registered["init_params"]),
+            )
+        if isinstance(strategy, Namespace) and "timeout" in arguments_of(strategy.class_path):
+            strategy.init_args.timeout = timedelta(seconds=self.config.collective_timeout)
+            self.config.trainer.strategy = strategy
 
 
 class ParseOnly(TrainCLI):
@@ -224,18 +232,38 @@ def parse_only(args: list[str]) -> TrainCLI:
         raise ConfigError(f"train.py flags: {one_line(error)}") from error
 
 
-def as_config(cls: type, init_args: dict[str, Any]) -> dict[str, Any]:
-    """A class and its arguments as a config value: {class_path, init_args}."""
-    return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": init_args}
+def build_model(args: list[str]) -> LightningModule:
+    """The model that train.py's flags describe, with the numbers its data module gives it;
+    nothing trains. A --monitor that the model does not log is refused here, on one line."""
+    cli = build_cli(args)
+    model = cli.model
+    release(cli)  # the data module and the trainer go now
+    return model
 
 
-def mode_of(monitor: str) -> str:
-    return MONITORABLE[monitor]
+def project_defaults() -> Path:
+    """The project's configs/default.yaml, which holds every default of the command line: beside
+    the src/ folder of this package (an editable install), else beside the running script
+    (train.py and the other entry scripts sit at the project's root)."""
+    roots = [Path(__file__).resolve().parents[2], Path(sys.argv[0]).resolve().parent]
+    for root in roots:
+        if (path := root / "configs" / "default.yaml").is_file():
+            return path
+    raise ConfigError(
+        "configs/default.yaml not found in the project (looked in "
+        f"{' and '.join(str(root) for root in roots)}): install the project with pip install -e ."
+    )
 
 
 def checkpoint_name(monitor: str) -> str:
     """The best checkpoints' name: epoch and metric value, as in epoch007-val_loss=0.1234."""
     return "epoch{epoch:03d}-" + monitor.replace("/", "_") + "={" + monitor + ":.4f}"
+
+
+def trainer_flag_type(flag: str) -> Any:
+    """The type of the Trainer's argument `flag`, for a short flag that takes the values of
+    --trainer.<flag> (which the parser types from the same signature)."""
+    return inspect.signature(Trainer.__init__, eval_str=True).parameters[flag].annotation
 
 
 def wants_default_progress_bar(trainer: object) -> bool:
@@ -255,7 +283,19 @@ def wants_default_progress_bar(trainer: object) -> bool:
 
 
 class OneLineErrors(LightningArgumentParser):
-    """Reports a bad flag, key or value on one line instead of the whole usage text."""
+    """Reports a bad flag, key or value on one line instead of the whole usage text; the
+    command line's own parser reads the project's defaults before the arguments."""
+
+    defaults_file: Path | None = None  # set on the command line's parser, not on nested ones
+
+    def parse_args(self, args: Sequence[str] | None = None, **kwargs: Any) -> Any:
+        if self.defaults_file is not None:
+            # As if given first: a --config file, a resumed run's config.yaml and flags
+            # override it. (As default_config_files, jsonargparse 4.53 drops the class_path
+            # of a callable argument whose default is a class, such as the model's backbone.)
+            given = sys.argv[1:] if args is None else list(args)
+            args = ["--config", str(self.defaults_file), *given]
+        return super().parse_args(args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error:  # jsonargparse is trying alternatives; let it go on
@@ -359,12 +399,14 @@ def build_cli(
             subclass_mode_data=True,
             args=args,
             run=False,
-            seed_everything_default=42,
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
             parser_class=OneLineErrors,
-            # A prefix of a flag is not taken for the flag (--trainer.max_epoch is a typo).
-            parser_kwargs={"allow_abbrev": False, **options.pop("parser_kwargs", {})},
+            parser_kwargs={
+                # A prefix of a flag is not taken for the flag (--trainer.max_epoch is a typo).
+                "allow_abbrev": False,
+                **options.pop("parser_kwargs", {}),
+            },
             trainer_defaults={"callbacks": list(callbacks)},
             auto_configure_optimizers=False,
         )

@@ -1,12 +1,13 @@
 """The LightningModule: how a backbone is trained, evaluated and optimised."""
 
 import math
+import re
 from collections.abc import Callable
 
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from lightning.pytorch.utilities import grad_norm
+from lightning.pytorch.utilities import grad_norm, rank_zero_info
 from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
 from torch.optim import Optimizer
@@ -28,9 +29,9 @@ BackboneFactory = Callable[[int, int], nn.Module]
 # () -> loss module, called as loss(logits, labels); chosen in configs by class_path.
 LossFactory = Callable[[], nn.Module]
 
-# The validation metrics that can pick the best checkpoint and stop a run early (`--monitor`),
-# and which way is better; validation_step logs each of them.
-MONITORABLE = {"val/loss": "min", "val/acc": "max", "val/f1": "max"}
+# Fewer optimizer steps than this leave the warmup and the cosine decay too little room to
+# train well (2 epochs of 600 images: 18 steps, a test accuracy near chance): said at start.
+SHORT_SCHEDULE = 100
 
 Batch = tuple[Tensor, Tensor]
 
@@ -93,6 +94,8 @@ class ImageClassifier(L.LightningModule):
             }
         )
         self.train_metrics = metrics.clone(prefix="train/")
+        # --monitor takes val/loss or any metric of this collection; torchmetrics' own
+        # higher_is_better says which way it is better (a new metric here is monitorable too).
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
         self.example_input_array = torch.zeros(2, *input_shape)
@@ -117,13 +120,14 @@ class ImageClassifier(L.LightningModule):
         return loss
 
     def regularization(self) -> dict[str, Tensor]:
-        """The extra loss terms that the backbone's modules carry, by module name: each
-        module's `regularization_loss()` (None: no term, e.g. a penalty of 0)."""
+        """The extra loss terms that the backbone's modules carry, by readable module name:
+        each module's `regularization_loss()` (None: no term, e.g. a penalty of 0)."""
         terms = {}
         for name, module in self.backbone.named_modules():
             method = getattr(module, "regularization_loss", None)
             if callable(method) and (term := method()) is not None:
-                terms[name or "backbone"] = term
+                readable = readable_name(self.backbone, name)
+                terms[name if readable in terms else readable] = term
         return terms
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
@@ -144,6 +148,8 @@ class ImageClassifier(L.LightningModule):
         if self.scheduler is None:
             total = int(self.trainer.estimated_stepping_batches)
             scheduler = warmup_cosine(optimizer, total, self.hparams.warmup_fraction)
+            if total < SHORT_SCHEDULE:
+                rank_zero_info(short_schedule_note(total, self.hparams.warmup_fraction))
             return {
                 "optimizer": optimizer,
                 "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
@@ -252,9 +258,33 @@ def contiguous_single_channel_grads(network: nn.Module) -> None:
             weight.register_hook(lambda grad: grad.clone(memory_format=torch.contiguous_format))
 
 
+def short_schedule_note(total_steps: int, warmup_fraction: float) -> str:
+    warmup = warmup_steps(total_steps, warmup_fraction)
+    return (
+        f"the learning rate warms up for {warmup} and decays to zero over only {total_steps} "
+        f"optimizer steps (fewer than {SHORT_SCHEDULE}): train longer (--max_epochs), use "
+        "smaller batches (--data.batch_size) or a constant rate (--model.scheduler)"
+    )
+
+
+def readable_name(network: nn.Module, name: str) -> str:
+    """A module's name with each list position replaced by its class in snake case:
+    head.1 -> head.l2_linear (the state_dict keys keep the positions)."""
+    parts, module = [], network
+    for part in name.split(".") if name else []:
+        module = module.get_submodule(part)
+        class_name = re.sub(r"(?<!^)(?=[A-Z][a-z])", "_", type(module).__name__).lower()
+        parts.append(class_name if part.isdigit() else part)
+    return ".".join(parts) or "backbone"
+
+
+def warmup_steps(total_steps: int, warmup_fraction: float) -> int:
+    return min(max(1, math.ceil(total_steps * warmup_fraction)), max(1, total_steps - 1))
+
+
 def warmup_cosine(optimizer: Optimizer, total_steps: int, warmup_fraction: float) -> LRScheduler:
     """Linear warmup from 1% of the learning rate, then cosine decay to zero."""
-    warmup = min(max(1, math.ceil(total_steps * warmup_fraction)), max(1, total_steps - 1))
+    warmup = warmup_steps(total_steps, warmup_fraction)
     return SequentialLR(
         optimizer,
         schedulers=[

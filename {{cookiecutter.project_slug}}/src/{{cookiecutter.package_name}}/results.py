@@ -28,8 +28,7 @@ import yaml
 from scipy import stats
 
 from .errors import ConfigError
-from .model import MONITORABLE
-from .runs import flatten
+from .runs import DIRECTIONS, flatten
 
 # Config keys that differ between any two runs without changing what is trained: where the
 # run's folder is, and which checkpoint a resume read.
@@ -142,9 +141,15 @@ def diff(first: Path, second: Path) -> list[str]:
     return lines
 
 
-def mode_of(metric: str) -> str:
-    """'max' for a metric that is better higher; test/x follows val/x."""
-    return MONITORABLE.get("val/" + metric.split("/", 1)[-1], "min" if "loss" in metric else "max")
+def mode_of(metric: str, runs: Sequence[Path]) -> str:
+    """'max' for a metric that is better higher, as the runs recorded it (test/x follows
+    val/x); by its name for runs that recorded none: a loss is better lower."""
+    wanted = "val/" + metric.split("/", 1)[-1]
+    for run in runs:
+        recorded = run / DIRECTIONS
+        if recorded.is_file() and wanted in (directions := json.loads(recorded.read_text())):
+            return directions[wanted]
+    return "min" if "loss" in metric else "max"
 
 
 def short(key: str) -> str:
@@ -194,7 +199,8 @@ def entries(runs: list[Path]) -> list[dict[str, Any]]:
 
 def table(roots: Sequence[Path], metric: str, form: str) -> str:
     """The runs under `roots`, best first by `metric`, with the hyperparameters that differ."""
-    rows = entries(find_runs(roots))
+    found = find_runs(roots)
+    rows = entries(found)
     if not rows:
         return f"No finished runs under {', '.join(map(str, roots))} yet."
     if not any(metric in row["metrics"] for row in rows):
@@ -205,7 +211,7 @@ def table(roots: Sequence[Path], metric: str, form: str) -> str:
     differ = [k for k in keys if len({row["config"].get(k) for row in rows}) > 1]
     more = differ[TEXT_COLUMNS:] if form == "text" else []
     differ = differ[: len(differ) - len(more)]
-    best_high = mode_of(metric) == "max"
+    best_high = mode_of(metric, found) == "max"
     unknown = -math.inf if best_high else math.inf
     rows.sort(key=lambda r: r["metrics"].get(metric, {"mean": unknown})["mean"], reverse=best_high)
     tested = {key for row in rows for key in row["metrics"] if key.startswith("test/")}
@@ -235,7 +241,7 @@ def table(roots: Sequence[Path], metric: str, form: str) -> str:
 
 def compare(first: Path, second: Path, metric: str) -> str:
     """A paired comparison of two repeats over the seeds or folds both have."""
-    runs = []
+    runs, finished = [], []
     for folder in (first, second):
         if not (folder / "repeat.json").is_file():
 {%- if cookiecutter.sweep == "yes" %}
@@ -246,12 +252,13 @@ def compare(first: Path, second: Path, metric: str) -> str:
 {%- else %}
             raise ConfigError(f"{folder} holds no repeated runs (runs/repeats/<name>)")
 {%- endif %}
+        newest = {child.name: run for child in folder.iterdir() if (run := newest_finished(child))}
+        finished += newest.values()
         runs.append(
             {
-                child.name: metrics[metric]
-                for child in folder.iterdir()
-                if (run := newest_finished(child)) is not None
-                and metric in (metrics := run_metrics(run) or {})
+                name: metrics[metric]
+                for name, run in newest.items()
+                if metric in (metrics := run_metrics(run) or {})
             }
         )
     paired = sorted(runs[0].keys() & runs[1].keys())
@@ -264,7 +271,7 @@ def compare(first: Path, second: Path, metric: str) -> str:
     difference = describe([y - x for x, y in zip(a, b, strict=True)])
     spread = max(statistics.stdev(a), statistics.stdev(b))
     p = float(stats.ttest_rel(b, a).pvalue) if difference["std"] > 0 else math.nan
-    better = "higher" if mode_of(metric) == "max" else "lower"
+    better = "higher" if mode_of(metric, finished) == "max" else "lower"
     mean = difference["mean"]
     verdict = (
         f"larger than the seed-to-seed spread ({abs(mean):.4f} > {spread:.4f})"

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
-from lightning import Trainer
+from lightning import LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from torchmetrics import MetricCollection
 
 from .checkpoint import layer_differences, load_checkpoint, load_weights, resolve_checkpoint
 from .compat import destroy_process_group
@@ -33,6 +34,8 @@ from .loggers import LOGGER, how_to_watch
 
 # Loggers whose save_dir/name/version_<N> folder is the run folder, when first in the list.
 FOLDER_LOGGERS = ("TensorBoardLogger", "CSVLogger")
+# A run folder's record of which way each validation metric is better.
+DIRECTIONS = "metric_directions.json"
 
 
 def quiet_known_noise() -> None:
@@ -262,12 +265,28 @@ def best_checkpoint(trainer: Trainer) -> str | None:
     return (checkpoint.best_model_path or None) if checkpoint else None
 
 
+def metric_directions(model: LightningModule) -> dict[str, str]:
+    """Which way each validation metric the model logs is better ("min" or "max"): val/loss,
+    lower, and each metric of the model's collections prefixed val/, by torchmetrics'
+    higher_is_better (a metric without a direction is left out: it cannot be monitored)."""
+    found = {"val/loss": "min"}
+    for module in model.modules():
+        if isinstance(module, MetricCollection) and module.prefix == "val/":
+            for name, metric in module.items(keep_base=False):
+                if metric.higher_is_better is not None:
+                    found[name] = "max" if metric.higher_is_better else "min"
+    return found
+
+
 def write_results(trainer: Trainer, checkpoint: str | None, metrics: dict[str, float]) -> None:
-    """test_metrics.json in the run folder, and the summary of the run on the console."""
+    """test_metrics.json and metric_directions.json (read by results.py) in the run folder, and
+    the summary of the run on the console."""
     log_dir = trainer.log_dir  # a collective call: every rank must make it
     if trainer.is_global_zero and log_dir:
         path = Path(log_dir) / "test_metrics.json"
         path.write_text(json.dumps({"checkpoint": checkpoint or "", **metrics}, indent=2) + "\n")
+        directions = metric_directions(trainer.lightning_module)
+        (Path(log_dir) / DIRECTIONS).write_text(json.dumps(directions, indent=2) + "\n")
         print(summary(trainer, metrics, log_dir))
 
 

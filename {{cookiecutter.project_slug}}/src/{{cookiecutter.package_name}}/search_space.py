@@ -21,10 +21,10 @@ from optuna.distributions import (
 from optuna.pruners import BasePruner, MedianPruner
 from optuna.samplers import BaseSampler
 
-from .cli import one_line, parse_only
+from .cli import build_model, one_line, parse_only
 from .errors import ConfigError
-from .model import MONITORABLE
 from .repeat import Repeat, fold_count, seed_list
+from .runs import metric_directions
 
 SWEEPS = Path("runs/sweeps")
 DEFAULT_SPACE = Path("configs/sweep/default.yaml")
@@ -169,7 +169,7 @@ def read_space(path: Path, seed_offset: int = 0) -> Any:
     A sampler's seed, when it has one, is moved on by `seed_offset`.
     """
     parser = ArgumentParser(exit_on_error=False)
-    parser.add_argument("--metric", type=Literal[tuple(MONITORABLE)] | None, default=None)
+    parser.add_argument("--metric", type=str | None, default=None)
     parser.add_argument("--direction", type=Literal["maximize", "minimize"] | None, default=None)
     sampler = {"class_path": "optuna.samplers.TPESampler", "init_args": {"seed": 0}}
     parser.add_argument("--sampler", type=BaseSampler, default=sampler)
@@ -216,8 +216,11 @@ def check_train_args(sweep: Sweep) -> None:
     if sweep.metric is None:
         sweep.metric = cli.config.monitor
     sweep.train_args = [*sweep.train_args, "--monitor", sweep.metric]
+    # The model, built once as each trial will build it, refuses a metric it does not log and
+    # says which way the metric is better.
+    directions = metric_directions(build_model(sweep.train_args))
     if sweep.direction is None:
-        sweep.direction = "maximize" if MONITORABLE[sweep.metric] == "max" else "minimize"
+        sweep.direction = "maximize" if directions[sweep.metric] == "max" else "minimize"
     # Each value with the others at their first: a class choice meets its arguments' keys.
     first = {key: extremes(dist)[0] for key, dist in sweep.space.items()}
     for key, dist in sweep.space.items():
