@@ -61,13 +61,6 @@ def test_the_default_config_shows_the_defaults_of_train_py(capsys: pytest.Captur
     assert not found, f"{DEFAULTS} is out of date:\n" + "\n".join(found)
 
 
-def test_the_default_config_is_the_default_run(capsys: pytest.CaptureFixture) -> None:
-    with pytest.raises(SystemExit):
-        main(["--config", str(DEFAULTS), "--print_config"])
-    from_file = yaml.safe_load(capsys.readouterr().out)
-    assert from_file == printed_defaults(capsys)
-
-
 def test_every_key_of_the_default_config_has_a_comment() -> None:
     lines = DEFAULTS.read_text().splitlines()
     bare = [
