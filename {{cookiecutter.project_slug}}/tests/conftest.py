@@ -2,7 +2,7 @@
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,17 @@ FAST = [
     "--trainer.enable_progress_bar", "false",
     "--trainer.enable_model_summary", "false",
 ]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def environment_kept() -> Iterator[None]:
+    """Each test leaves the environment as it found it. A DDP fit in this process leaves
+    LOCAL_RANK, MASTER_PORT, ... set (Lightning's launcher); a later test's two-process command
+    would inherit them, take its ranks for started by someone else and wait for rank 1."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.fixture(scope="session", autouse=True)
