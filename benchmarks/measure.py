@@ -101,9 +101,9 @@ class Clock(Callback):
 
 def trainer_side(package: str, args: list[str], device: torch.device) -> dict[str, Any]:
     """One fit of the project's own CLI-built Trainer; per-epoch times and losses."""
-    cli = importlib.import_module(f"{package}.cli")
+    cli = importlib.import_module(f"{package}.kit.cli")
     clock = Clock(device)
-    importlib.import_module(f"{package}.runs").quiet_known_noise()
+    importlib.import_module(f"{package}.kit.runs").quiet_known_noise()
     built = cli.build_cli(args, callbacks=[clock])
     built.trainer.fit(built.model, datamodule=built.datamodule)
     return {
@@ -157,10 +157,10 @@ def plain_side(
     `test`, the accuracy of the last epoch's network on the test split too."""
     data = importlib.import_module(f"{package}.data")
     model_module = importlib.import_module(f"{package}.model")
-    datamodule = importlib.import_module(f"{package}.datamodule")
+    datamodule = importlib.import_module(f"{package}.kit.datamodule")
     # The network and loss exactly as train.py builds them, seed and initial weights included
     # (the project's configs/default.yaml: ConvNet stored channels-last, label smoothing).
-    cli = importlib.import_module(f"{package}.cli")
+    cli = importlib.import_module(f"{package}.kit.cli")
     flags = [
         arg
         for key, value in data_kwargs.items()
@@ -337,7 +337,7 @@ def accuracy(options: argparse.Namespace) -> dict[str, Any]:
     (`SVC(gamma=0.001)` on the raw pixels) on the same training split, scored on the same
     test split."""
     device = torch.device("cuda" if options.accelerator == "gpu" else "cpu")
-    cli = importlib.import_module(f"{options.package}.cli")
+    cli = importlib.import_module(f"{options.package}.kit.cli")
     limits = [] if options.limit is None else [
         "--trainer.limit_train_batches", str(options.limit),
         "--trainer.limit_val_batches", str(options.limit),
@@ -352,7 +352,7 @@ def accuracy(options: argparse.Namespace) -> dict[str, Any]:
         args += ["--accelerator", options.accelerator, "--devices", "1"]
         args += ["--max_epochs", str(epochs)]
         clock = Clock(device)
-        importlib.import_module(f"{options.package}.runs").quiet_known_noise()
+        importlib.import_module(f"{options.package}.kit.runs").quiet_known_noise()
         built = cli.build_cli([*args, *limits], callbacks=[clock])
         built.trainer.fit(built.model, datamodule=built.datamodule)
         tested = built.trainer.test(built.model, datamodule=built.datamodule, ckpt_path="best")
@@ -386,7 +386,7 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
     """Training samples per second out of the loader, augmented and normalised as the
     model gets them, at num_workers 0 and the default; the classic path beside it."""
     data = importlib.import_module(f"{options.package}.data")
-    datamodule = importlib.import_module(f"{options.package}.datamodule")
+    datamodule = importlib.import_module(f"{options.package}.kit.datamodule")
     device = torch.device("cuda" if options.accelerator == "gpu" else "cpu")
     results: dict[str, list[float]] = {}
     workers_options = sorted({0, datamodule.default_num_workers()})
@@ -537,6 +537,9 @@ def main() -> None:
     trust = getattr(importlib.import_module("fake_data"), "trust_local_files", None)
     if trust is not None:
         trust()
+    # As the project's entry scripts do: the library builds the project's model class.
+    project = importlib.import_module(f"{options.package}.project").project
+    importlib.import_module(f"{options.package}.kit.project").use(project)
     with tempfile.TemporaryDirectory() as folder:
         os.chdir(folder)  # run folders and checkpoints of the Trainer go there
         questions = {

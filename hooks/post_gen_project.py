@@ -12,6 +12,7 @@ LICENSE = "{{ cookiecutter.license }}"
 GITHUB_ACTIONS = "{{ cookiecutter.github_actions }}"
 LOGGER = "{{ cookiecutter.logger }}"
 PACKAGE = Path("src") / "{{ cookiecutter.package_name }}"
+KIT = PACKAGE / "kit"  # the library: copied as it is, its feature modules removed here
 FEATURES = {
     "deploy": "{{ cookiecutter.deploy }}",
     "sweep": "{{ cookiecutter.sweep }}",
@@ -24,10 +25,9 @@ VARIANT_FILES = {
     PACKAGE / "data.py": PACKAGE / "datasets",
     Path("tests") / "fake_data.py": Path("tests") / "datasets",
 }
-# Each logger has its own loggers.py; tests read metrics from the run folder's first logger
-# (mlflow and wandb runs keep a CSVLogger first), and mlflow and wandb get a test of their own.
+# Tests read metrics from the run folder's first logger (mlflow and wandb runs keep a
+# CSVLogger first), and mlflow and wandb get a test of their own.
 LOGGER_FILES = {
-    PACKAGE / "loggers.py": (PACKAGE / "loggers", LOGGER),
     Path("tests") / "logged.py": (
         Path("tests") / "logged",
         "tensorboard" if LOGGER == "tensorboard" else "csv",
@@ -40,11 +40,11 @@ LOGGER_FILES = {
 FEATURE_FILES = {
     "deploy": [
         Path("export.py"), Path("predict.py"), Path("serve.py"),
-        PACKAGE / "export.py", PACKAGE / "predict.py", PACKAGE / "serve.py",
-        PACKAGE / "inference.py", Path("tests") / "test_deploy.py",
+        KIT / "export.py", KIT / "predict.py", KIT / "serve.py",
+        KIT / "inference.py", Path("tests") / "test_deploy.py",
     ],
     "sweep": [
-        Path("sweep.py"), PACKAGE / "sweep.py", PACKAGE / "search_space.py",
+        Path("sweep.py"), KIT / "sweep.py", KIT / "search_space.py",
         Path("configs") / "sweep", Path("tests") / "test_sweep.py",
     ],
     "cluster": [Path("scripts") / "slurm", Path("tests") / "test_cluster.py"],

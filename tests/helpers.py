@@ -150,7 +150,7 @@ def import_cli(rendered: Render) -> ModuleType:
     forget()
     sys.path.insert(0, str(rendered.path / "src"))
     try:
-        return importlib.import_module(f"{package}.cli")
+        return importlib.import_module(f"{package}.kit.cli")
     finally:
         sys.path[:] = saved
         forget()

@@ -26,11 +26,12 @@ ALL_OFF = dict.fromkeys(FEATURES, "no")
 # What each feature adds; `{package}` is the package folder.
 FEATURE_FILES = {
     "deploy": [
-        "export.py", "predict.py", "serve.py", "{package}/export.py", "{package}/predict.py",
-        "{package}/serve.py", "{package}/inference.py", "tests/test_deploy.py",
+        "export.py", "predict.py", "serve.py", "{package}/kit/export.py",
+        "{package}/kit/predict.py", "{package}/kit/serve.py", "{package}/kit/inference.py",
+        "tests/test_deploy.py",
     ],
     "sweep": [
-        "sweep.py", "{package}/sweep.py", "{package}/search_space.py",
+        "sweep.py", "{package}/kit/sweep.py", "{package}/kit/search_space.py",
         "configs/sweep/default.yaml", "tests/test_sweep.py",
     ],
     "cluster": ["scripts/slurm/train.sbatch", "tests/test_cluster.py"],

@@ -2,7 +2,10 @@
 
 import sys
 
-from {{ cookiecutter.package_name }}.predict import main
+from {{ cookiecutter.package_name }}.kit.predict import main
+from {{ cookiecutter.package_name }}.kit.project import use
+from {{ cookiecutter.package_name }}.project import project
 
 if __name__ == "__main__":
+    use(project)
     sys.exit(main())

@@ -9,7 +9,11 @@ import pytest
 from lightning.pytorch import Callback
 
 from {{ cookiecutter.package_name }}.data import DataModule
-from {{ cookiecutter.package_name }}.train import main
+from {{ cookiecutter.package_name }}.kit.project import use
+from {{ cookiecutter.package_name }}.kit.train import main
+from {{ cookiecutter.package_name }}.project import project
+
+use(project)  # as the entry scripts do: the library's functions called here build this model
 
 # fake_data.py provides the data_args and train_command fixtures for this dataset.
 pytest_plugins = ["fake_data"]

@@ -20,8 +20,8 @@ from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.strategies import ddp as ddp_module
 
-from {{ cookiecutter.package_name }}.cli import trainer_flag_type
-from {{ cookiecutter.package_name }}.compat import (
+from {{ cookiecutter.package_name }}.kit.cli import trainer_flag_type
+from {{ cookiecutter.package_name }}.kit.compat import (
 {%- if cookiecutter.logger != "tensorboard" %}
     AppendingCSVLogger,
 {%- endif %}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from {{ cookiecutter.package_name }}.train import main
+from {{ cookiecutter.package_name }}.kit.train import main
 
 DEFAULTS = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
 PACKAGE = "{{ cookiecutter.package_name }}."
@@ -92,3 +92,12 @@ def test_a_default_changed_only_in_the_file_changes_the_run(tmp_path: Path) -> N
     config = yaml.safe_load(printed.stdout)
     assert config["trainer"]["max_epochs"] == 3
     assert config["model"]["warmup_fraction"] == 0.25
+    shown = subprocess.run(
+        [sys.executable, str(project / "train.py"), "--help"],
+        cwd=elsewhere, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(project / "src"), "COLUMNS": "200"},
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    # --help shows the file's value as the default (its own block, up to the next option)
+    block = shown.stdout.split("\n  --model.warmup_fraction ")[1].split("\n  --")[0]
+    assert "default: 0.25)" in " ".join(block.split()), block

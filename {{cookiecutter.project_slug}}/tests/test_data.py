@@ -24,8 +24,8 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from {{ cookiecutter.package_name }}.data import DataModule
-from {{ cookiecutter.package_name }}.datamodule import labels_of
-from {{ cookiecutter.package_name }}.errors import ConfigError
+from {{ cookiecutter.package_name }}.kit.datamodule import labels_of
+from {{ cookiecutter.package_name }}.kit.errors import ConfigError
 
 
 @pytest.fixture
@@ -266,7 +266,10 @@ def test_a_process_ends_with_loader_workers_still_running(
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "import fake_data\n"
         "getattr(fake_data, 'trust_local_files', lambda: None)()  # the tiny CIFAR-10 files\n"
-        "from {{ cookiecutter.package_name }}.cli import build_cli\n"
+        "from {{ cookiecutter.package_name }}.kit.cli import build_cli\n"
+        "from {{ cookiecutter.package_name }}.kit.project import use\n"
+        "from {{ cookiecutter.package_name }}.project import project\n"
+        "use(project)  # as the entry scripts do\n"
         "if __name__ == '__main__':  # loader workers start from a server that imports this\n"
         "    cli = build_cli(sys.argv[1:])\n"
         "    cli.datamodule.setup('fit')\n"

@@ -15,13 +15,13 @@ from logged import scalars
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from {{ cookiecutter.package_name }} import env
-from {{ cookiecutter.package_name }}.callbacks import PacedProgressBar
-from {{ cookiecutter.package_name }}.cli import build_cli
 from {{ cookiecutter.package_name }}.data import DataModule
-from {{ cookiecutter.package_name }}.errors import ConfigError
+from {{ cookiecutter.package_name }}.kit import env
+from {{ cookiecutter.package_name }}.kit.callbacks import PacedProgressBar
+from {{ cookiecutter.package_name }}.kit.cli import build_cli
+from {{ cookiecutter.package_name }}.kit.errors import ConfigError
+from {{ cookiecutter.package_name }}.kit.plots import confusion_figure
 from {{ cookiecutter.package_name }}.model import ImageClassifier
-from {{ cookiecutter.package_name }}.plots import confusion_figure
 
 RUN = Path("runs/default/version_0")
 DEBUG = Path(__file__).parents[1] / "configs" / "debug"

@@ -23,16 +23,16 @@ import torch
 from PIL import Image
 from torchvision.transforms import v2
 
-from {{ cookiecutter.package_name }} import export as export_module
-from {{ cookiecutter.package_name }}.checkpoint import load_checkpoint, load_model
 from {{ cookiecutter.package_name }}.data import DataModule
-from {{ cookiecutter.package_name }}.errors import ConfigError
-from {{ cookiecutter.package_name }}.evaluate import main as evaluate
-from {{ cookiecutter.package_name }}.export import main as export
-from {{ cookiecutter.package_name }}.inference import Classifier, load_classifier, metadata_path
+from {{ cookiecutter.package_name }}.kit import export as export_module
+from {{ cookiecutter.package_name }}.kit.checkpoint import load_checkpoint, load_model
+from {{ cookiecutter.package_name }}.kit.errors import ConfigError
+from {{ cookiecutter.package_name }}.kit.evaluate import main as evaluate
+from {{ cookiecutter.package_name }}.kit.export import main as export
+from {{ cookiecutter.package_name }}.kit.inference import Classifier, load_classifier, metadata_path
+from {{ cookiecutter.package_name }}.kit.predict import main as predict
+from {{ cookiecutter.package_name }}.kit.predict import predict as classify
 from {{ cookiecutter.package_name }}.model import ImageClassifier
-from {{ cookiecutter.package_name }}.predict import main as predict
-from {{ cookiecutter.package_name }}.predict import predict as classify
 
 PROJECT = Path(__file__).resolve().parents[1]
 FORMATS = ("onnx", "torch_export", "state_dict")
@@ -242,16 +242,23 @@ def test_a_transform_the_metadata_cannot_describe_leaves_preprocessing_to_the_da
         assert torch.equal(classifier.read_image(file), checkpoint.read_image(file))
 
 
-# The only modules of the project that predicting and serving an exported artifact import.
-ARTIFACT_MODULES = ("errors", "inference", "predict", "serve")
+# The only modules of the project that predicting and serving an exported artifact import: the
+# entry scripts' hand-over (project.py) does not import the model.
+ARTIFACT_MODULES = (
+    "kit", "kit.errors", "kit.inference", "kit.predict", "kit.project", "kit.serve", "project"
+)  # fmt: skip
 # Predict and serve artifacts in a fresh process, then list the modules it imported.
 ISOLATED = """
 import base64, json, sys
 from pathlib import Path
 
-from {{ cookiecutter.package_name }}.inference import load_classifier
-from {{ cookiecutter.package_name }}.predict import predict
-from {{ cookiecutter.package_name }}.serve import ClassifierAPI, ImageRequest
+from {{ cookiecutter.package_name }}.kit.inference import load_classifier
+from {{ cookiecutter.package_name }}.kit.predict import predict
+from {{ cookiecutter.package_name }}.kit.project import use
+from {{ cookiecutter.package_name }}.kit.serve import ClassifierAPI, ImageRequest
+from {{ cookiecutter.package_name }}.project import project
+
+use(project)  # as predict.py and serve.py do
 
 image = Path(sys.argv[1])
 answers = {}

@@ -20,12 +20,12 @@ from PIL import Image
 {%- endif %}
 
 import {{ cookiecutter.package_name }}
-from {{ cookiecutter.package_name }}.checkpoint import data_state, load_checkpoint
+from {{ cookiecutter.package_name }}.kit.checkpoint import data_state, load_checkpoint
 {%- if cookiecutter.deploy == "yes" %}
-from {{ cookiecutter.package_name }}.export import main as export
-from {{ cookiecutter.package_name }}.predict import main as predict
+from {{ cookiecutter.package_name }}.kit.export import main as export
+from {{ cookiecutter.package_name }}.kit.predict import main as predict
 {%- endif %}
-from {{ cookiecutter.package_name }}.train import main
+from {{ cookiecutter.package_name }}.kit.train import main
 
 PACKAGE = Path({{ cookiecutter.package_name }}.__file__).parent
 
@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 from torchvision.transforms import v2
 
-from .datamodule import InMemoryDataModule, TensorImages
+from .kit.datamodule import InMemoryDataModule, TensorImages
 
 
 def drawn(count: int, seed: int) -> tuple[Tensor, Tensor]:
@@ -267,7 +267,7 @@ def test_a_new_augmentation_is_one_file_and_one_flag(
     ("source", "message"),
     [
         (
-            "from .datamodule import ImageDataModule\n"
+            "from .kit.datamodule import ImageDataModule\n"
             "class Bare(ImageDataModule):\n"
             "    def __init__(self, batch_size: int = 8, num_workers: int = 0) -> None:\n"
             "        super().__init__(batch_size, num_workers, 0.1, 0)\n",

@@ -15,7 +15,7 @@ import torch
 import yaml
 from lightning.pytorch.strategies import DDPStrategy
 
-from {{ cookiecutter.package_name }}.cli import build_cli
+from {{ cookiecutter.package_name }}.kit.cli import build_cli
 
 TESTS = Path(__file__).resolve().parent
 RUN = Path("runs/default")
@@ -57,7 +57,7 @@ def saved_step(run_folder: Path) -> int:
 EMA = ["--ema", "lightning.pytorch.callbacks.EMAWeightAveraging", "--ema.decay", "0.9"]
 FINETUNE = [
     "--model.backbone_lr_factor", "0.1",
-    "--freeze_backbone", "{{ cookiecutter.package_name }}.callbacks.FreezeBackbone",
+    "--freeze_backbone", "{{ cookiecutter.package_name }}.kit.callbacks.FreezeBackbone",
     "--freeze_backbone.epochs", "2",
 ]  # fmt: skip
 

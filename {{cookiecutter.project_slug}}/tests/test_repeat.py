@@ -17,10 +17,11 @@ from conftest import FAST
 from lightning import Callback, LightningModule, Trainer
 from scipy import stats
 
-from {{ cookiecutter.package_name }}.repeat import RUN_ENV
-from {{ cookiecutter.package_name }}.repeat import run as repeat
-from {{ cookiecutter.package_name }}.results import compare, diff, table
-from {{ cookiecutter.package_name }}.runs import logger_in
+from {{ cookiecutter.package_name }}.kit.cli import configured_loggers
+from {{ cookiecutter.package_name }}.kit.repeat import RUN_ENV
+from {{ cookiecutter.package_name }}.kit.repeat import run as repeat
+from {{ cookiecutter.package_name }}.kit.results import compare, diff, table
+from {{ cookiecutter.package_name }}.kit.runs import logger_in
 
 
 @pytest.fixture
@@ -125,7 +126,10 @@ def test_repeats_on_two_devices_run_each_seed_once_with_both_processes(
         "import sys\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "import fake_data\n"
-        "from {{ cookiecutter.package_name }}.repeat import run\n"
+        "from {{ cookiecutter.package_name }}.kit.repeat import run\n"
+        "from {{ cookiecutter.package_name }}.kit.project import use\n"
+        "from {{ cookiecutter.package_name }}.project import project\n"
+        "use(project)  # as the entry scripts do\n"
         "# The tiny CIFAR-10 files need trusting, in every process a DDP run starts too.\n"
         "getattr(fake_data, 'trust_local_files', lambda: None)()\n"
         "if __name__ == '__main__':\n"
@@ -182,7 +186,7 @@ def test_the_runs_table_shows_only_the_hyperparameters_that_differ_best_first(
 def test_the_config_diff_names_exactly_the_changed_keys(train: Callable, workspace: Path) -> None:
     train()
     # Another run folder too (as a repeat's run has): not a hyperparameter.
-    elsewhere = logger_in(Path("runs") / "elsewhere", "other")
+    elsewhere = logger_in(Path("runs") / "elsewhere", "other", configured_loggers([]))
     train(
         "--model.optimizer.init_args.lr", "0.01", "--max_epochs", "1", "--trainer.logger", elsewhere
     )

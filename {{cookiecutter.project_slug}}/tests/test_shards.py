@@ -23,9 +23,9 @@ from torchvision import datasets
 
 from {{ cookiecutter.package_name }} import data as folder_data
 from {{ cookiecutter.package_name }}.data import DataModule, eval_transform
-from {{ cookiecutter.package_name }}.errors import ConfigError
+from {{ cookiecutter.package_name }}.kit.errors import ConfigError
+from {{ cookiecutter.package_name }}.kit.train import main
 from {{ cookiecutter.package_name }}.shards import ImageShards, ShardsDataModule, convert, converted
-from {{ cookiecutter.package_name }}.train import main
 
 PROJECT = Path(__file__).resolve().parents[1]
 TESTS = PROJECT / "tests"
@@ -200,7 +200,7 @@ def test_training_and_testing_from_local_shards(
     config = (RUN / "version_0" / "config.yaml").read_text()
     assert "ShardsDataModule" in config
 {%- if cookiecutter.deploy == "yes" %}
-    from {{ cookiecutter.package_name }}.inference import load_classifier
+    from {{ cookiecutter.package_name }}.kit.inference import load_classifier
 
     # Prediction needs no shards: the checkpoint names the data module's preprocessing.
     classifier = load_classifier(RUN / "version_0" / "checkpoints" / "last.ckpt")

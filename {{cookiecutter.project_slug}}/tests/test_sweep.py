@@ -19,8 +19,8 @@ import yaml
 from matplotlib.image import imread
 from optuna.trial import TrialState
 
-from {{ cookiecutter.package_name }} import results, sweep
-from {{ cookiecutter.package_name }}.train import main
+from {{ cookiecutter.package_name }}.kit import results, sweep
+from {{ cookiecutter.package_name }}.kit.train import main
 
 STUDY = Path("runs/sweeps/space")
 
@@ -71,7 +71,10 @@ def sweep_command(tmp_path: Path, data_args: list[str]) -> list[str]:
         "import sys\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "import fake_data\n"
-        "from {{ cookiecutter.package_name }}.sweep import run\n"
+        "from {{ cookiecutter.package_name }}.kit.sweep import run\n"
+        "from {{ cookiecutter.package_name }}.kit.project import use\n"
+        "from {{ cookiecutter.package_name }}.project import project\n"
+        "use(project)  # as the entry scripts do\n"
         "# The tiny CIFAR-10 files need trusting, in every process a DDP trial starts too.\n"
         "getattr(fake_data, 'trust_local_files', lambda: None)()\n"
         "if __name__ == '__main__':\n"

@@ -16,11 +16,11 @@ from lightning.pytorch.callbacks import ThroughputMonitor, TQDMProgressBar
 from logged import hyperparameters, scalars
 from torchmetrics.classification import MulticlassCalibrationError
 
-from {{ cookiecutter.package_name }}.callbacks import EpochLine
-from {{ cookiecutter.package_name }}.cli import CALLBACKS, TrainCLI, build_cli
 from {{ cookiecutter.package_name }}.data import DataModule
+from {{ cookiecutter.package_name }}.kit.callbacks import EpochLine
+from {{ cookiecutter.package_name }}.kit.cli import CALLBACKS, TrainCLI, build_cli
+from {{ cookiecutter.package_name }}.kit.runs import metric_directions
 from {{ cookiecutter.package_name }}.model import ImageClassifier
-from {{ cookiecutter.package_name }}.runs import metric_directions
 
 PROJECT = Path(__file__).resolve().parents[1]
 CONFIGS = PROJECT / "configs"
@@ -151,6 +151,22 @@ def test_resume_refuses_a_change_the_checkpoint_cannot_take(
     assert f"resume as it was configured (python train.py --ckpt_path {last}" in message
     assert len(message.splitlines()) == 1
     assert last.stat().st_mtime_ns == written
+
+
+def test_a_run_from_before_the_library_moved_is_refused_naming_the_new_class_path(
+    train: Callable,
+) -> None:
+    """A run made when the callbacks lived beside model.py: its config.yaml names them there."""
+    train("--max_epochs", "1")
+    config = RUN / "config.yaml"
+    new = "{{ cookiecutter.package_name }}.kit.callbacks.EpochLine"
+    old = new.replace(".kit.", ".")
+    config.write_text(config.read_text().replace(new, old))
+    with pytest.raises(SystemExit) as exit_info:
+        train("--max_epochs", "2", "--ckpt_path", "last")
+    message = str(exit_info.value)
+    assert f"epoch_line {old} moved: it is {new} now" in message, message
+    assert len(message.splitlines()) == 1
 
 
 def test_resume_without_a_previous_run_says_so(

@@ -13,13 +13,13 @@ from logged import scalars
 from test_model import quiet_trainer
 
 from {{ cookiecutter.package_name }}.backbones import ConvNet
-from {{ cookiecutter.package_name }}.callbacks import FreezeBackbone
-from {{ cookiecutter.package_name }}.checkpoint import start_from
 from {{ cookiecutter.package_name }}.data import DataModule
+from {{ cookiecutter.package_name }}.kit.callbacks import FreezeBackbone
+from {{ cookiecutter.package_name }}.kit.checkpoint import start_from
 {%- if cookiecutter.dataset == "digits" %}
-from {{ cookiecutter.package_name }}.datamodule import TensorImages
+from {{ cookiecutter.package_name }}.kit.datamodule import TensorImages
 {%- endif %}
-from {{ cookiecutter.package_name }}.errors import ConfigError
+from {{ cookiecutter.package_name }}.kit.errors import ConfigError
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 
 RUNS = Path("runs/default")

@@ -8,6 +8,8 @@ remaining arguments.
 import torchvision
 from torch import Tensor, nn
 
+from .kit.layers import last_linear
+
 
 class ConvNet(nn.Module):
     """A convolution at full resolution, then `stages` stages that each halve the feature
@@ -147,16 +149,3 @@ def replace_last_linear(net: nn.Module, num_classes: int) -> None:
     parent_name, _, attr = name.rpartition(".")
     parent = net.get_submodule(parent_name) if parent_name else net
     setattr(parent, attr, nn.Linear(last.in_features, num_classes))
-
-
-def last_linear(net: nn.Module) -> str:
-    """The name of the last nn.Linear of `net`, the classifier ("" if it has none)."""
-    names = [name for name, module in net.named_modules() if isinstance(module, nn.Linear)]
-    return names[-1] if names else ""
-
-
-def features(network: nn.Module) -> list[nn.Parameter]:
-    """The parameters of a network before its classifier (its last linear layer)."""
-    name = last_linear(network)
-    head = set(network.get_submodule(name).parameters()) if name else set()
-    return [parameter for parameter in network.parameters() if parameter not in head]

@@ -21,8 +21,9 @@ from torch.optim.lr_scheduler import (
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from .backbones import ConvNet, features, last_linear
-from .errors import ConfigError
+from .backbones import ConvNet
+from .kit.errors import ConfigError
+from .kit.layers import features, last_linear
 
 # (in_channels, num_classes) -> network; chosen in configs by class_path.
 BackboneFactory = Callable[[int, int], nn.Module]

@@ -30,8 +30,8 @@ from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 from torchvision import datasets
 
 from .data import MEAN, STD, DataModule, eval_transform, prediction_transform, train_transform
-from .datamodule import ImageDataModule, start_worker, usable_cpus
-from .errors import ConfigError
+from .kit.datamodule import ImageDataModule, start_worker, usable_cpus
+from .kit.errors import ConfigError
 
 SPLITS = ("train", "val", "test")
 # Written last: shards without it are not a finished conversion.

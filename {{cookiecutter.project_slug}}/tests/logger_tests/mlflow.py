@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from {{ cookiecutter.package_name }}.loggers import TRACKING_URI
 
 RUN = Path("runs/default/version_0")
+TRACKING_URI = "sqlite:///runs/mlflow.db"  # configs/default.yaml's
 
 
 def test_metrics_reach_the_local_mlflow_store_and_the_run_folder(train: Callable) -> None:

@@ -6,8 +6,8 @@ from torch.utils.data import Subset
 from torchvision.transforms import v2
 
 from .batch_augment import random_crop
-from .datamodule import InMemoryDataModule, TensorImages
-from .errors import ConfigError
+from .kit.datamodule import InMemoryDataModule, TensorImages
+from .kit.errors import ConfigError
 
 # Pixel values run from 0 to 16; mean and std of all digits, in those units.
 MEAN, STD = (4.884,), (6.017,)

@@ -22,8 +22,8 @@ from torchvision import datasets
 from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import v2
 
-from .datamodule import ImageDataModule
-from .errors import ConfigError
+from .kit.datamodule import ImageDataModule
+from .kit.errors import ConfigError
 
 # ImageNet statistics: right for photographs and for pretrained backbones.
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)

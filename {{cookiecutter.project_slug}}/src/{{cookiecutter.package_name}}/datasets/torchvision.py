@@ -30,8 +30,8 @@ from torchvision import datasets
 from torchvision.transforms import v2
 
 from .batch_augment import {{ spec.imports }}
-from .datamodule import InMemoryDataModule, TensorImages
-from .errors import ConfigError
+from .kit.datamodule import InMemoryDataModule, TensorImages
+from .kit.errors import ConfigError
 
 DATASET = datasets.{{ spec.cls }}
 CLASS_NAMES = {{ spec.classes }}

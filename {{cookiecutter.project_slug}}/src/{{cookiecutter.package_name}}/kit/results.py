@@ -7,8 +7,8 @@ python results.py --compare REPEAT_A REPEAT_B    paired over the same seeds or f
 
 A run is a folder holding config.yaml (train.py writes one into each); its metrics are the
 test metrics of its best checkpoint (test_metrics.json) and the validation metrics of the
-same epoch (val_metrics.json). The runs of one repeat.py folder{% if cookiecutter.sweep == "yes" %}, or of one sweep trial repeated
-over seeds or folds,{% endif %} form one row, mean ± std.
+same epoch (val_metrics.json). The runs of one folder of repeated runs (repeat.py's,
+or any other configuration run over seeds or folds) form one row, mean ± std.
 """
 
 import argparse
@@ -244,14 +244,10 @@ def compare(first: Path, second: Path, metric: str) -> str:
     runs, finished = [], []
     for folder in (first, second):
         if not (folder / "repeat.json").is_file():
-{%- if cookiecutter.sweep == "yes" %}
             raise ConfigError(
-                f"{folder} holds no repeated runs (runs/repeats/<name>, or a sweep's trial_<N> "
-                "repeated over seeds or folds)"
+                f"{folder} holds no repeated runs (runs/repeats/<name>, or another folder of "
+                "runs of one configuration over seeds or folds)"
             )
-{%- else %}
-            raise ConfigError(f"{folder} holds no repeated runs (runs/repeats/<name>)")
-{%- endif %}
         newest = {child.name: run for child in folder.iterdir() if (run := newest_finished(child))}
         finished += newest.values()
         runs.append(
@@ -318,7 +314,7 @@ def command_line() -> argparse.ArgumentParser:
         nargs=2,
         type=Path,
         metavar="REPEAT",
-        help="paired comparison of two repeat.py folders{% if cookiecutter.sweep == "yes" %} (or repeated trials){% endif %} by --metric",
+        help="paired comparison of two folders of repeated runs by --metric",
     )
     return parser
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 from jsonargparse import ArgumentParser
+from lightning.pytorch import LightningModule
 from PIL import Image
 from torch import Tensor
 from torch.export import Dim
@@ -37,7 +38,6 @@ from .checkpoint import (
 from .cli import build_cli
 from .errors import ConfigError
 from .inference import METADATA_VERSION, load_classifier, metadata_path, preprocess
-from .model import ImageClassifier
 from .runs import quiet_known_noise
 
 SUFFIX = {"onnx": ".onnx", "torch_export": ".pt2", "state_dict": ".pt"}
@@ -186,7 +186,7 @@ def validation_batch(checkpoint: Path, size: int) -> Tensor:
     return datamodule.on_after_batch_transfer(samples, 0)[0]
 
 
-def write(name: str, model: ImageClassifier, batch: Tensor, artifact: Path) -> None:
+def write(name: str, model: LightningModule, batch: Tensor, artifact: Path) -> None:
     if name == "state_dict":
         torch.save(model.state_dict(), artifact)
         return
@@ -211,7 +211,7 @@ def write(name: str, model: ImageClassifier, batch: Tensor, artifact: Path) -> N
 
 
 def verify(
-    model: ImageClassifier, batch: Tensor, artifact: Path, tolerance: float
+    model: LightningModule, batch: Tensor, artifact: Path, tolerance: float
 ) -> dict[str, Any]:
     """Compare the artifact's logits with the model's; delete it and its metadata if they differ."""
     network = load_classifier(artifact).network

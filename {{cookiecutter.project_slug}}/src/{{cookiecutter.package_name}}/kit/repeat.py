@@ -18,7 +18,7 @@ from typing import Any
 
 from lightning.pytorch import Callback
 
-from .cli import parse_only
+from .cli import configured_loggers, parse_only
 from .errors import ConfigError
 from .results import run_metrics, summarise, summary_table
 from .runs import environment, logger_in
@@ -192,7 +192,8 @@ def finished(folder: Path) -> bool:
 def train_run(repeat: Repeat, run: Run, callbacks: Sequence[Callback]) -> dict[str, float]:
     """One train.py run into REPEATS/<name>/<run>/version_<N>; a stopped one resumes."""
     args = [*repeat.train_args, *run.flags(repeat.folds)]
-    args += ["--trainer.logger", logger_in(repeat.folder, run.name)]
+    loggers = configured_loggers(repeat.train_args)
+    args += ["--trainer.logger", logger_in(repeat.folder, run.name, loggers)]
     stopped = list((repeat.folder / run.name).glob("version_*/checkpoints/last.ckpt"))
     if stopped:
         args += ["--ckpt_path", str(max(stopped, key=lambda path: path.stat().st_mtime))]

@@ -9,13 +9,14 @@ from typing import Any
 
 import safetensors.torch
 import torch
+from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import instantiate_module
 from torch import Tensor
 
-from .backbones import last_linear
 from .datamodule import ImageDataModule
 from .errors import ConfigError
-from .model import ImageClassifier
+from .layers import last_linear
+from .project import current
 
 EXPERIMENT = Path("runs") / "default"
 
@@ -61,7 +62,7 @@ def layer_differences(state: Mapping[str, Tensor], expected: Mapping[str, Tensor
     return sorted(differ)
 
 
-def start_from(model: ImageClassifier, path: Path) -> str:
+def start_from(model: LightningModule, path: Path) -> str:
     """Load the backbone weights that `path` holds into `model`; return what was loaded.
 
     `path`: a checkpoint of any run of this project, or a state_dict of the backbone alone
@@ -109,17 +110,17 @@ def read_weights(path: Path) -> dict[str, Any]:
 
 def build_model(
     hparams: dict[str, Any], state_dict: Mapping[str, Tensor], source: Path
-) -> ImageClassifier:
-    """The ImageClassifier described by `hparams` with the given weights, in eval mode."""
+) -> LightningModule:
+    """The project's model described by `hparams` with the given weights, in eval mode."""
     # LightningCLI records which function built the model; the arguments are the rest.
     arguments = {key: value for key, value in hparams.items() if key != "_instantiator"}
     # Inference runs uncompiled; compiling only pays off over many training steps.
-    model = instantiate_module(ImageClassifier, {**arguments, "compile": False})
+    model = instantiate_module(current().model, {**arguments, "compile": False})
     load_weights(model, state_dict, source)
     return model.eval()
 
 
-def load_model(path: str | Path) -> tuple[ImageClassifier, dict[str, Any]]:
+def load_model(path: str | Path) -> tuple[LightningModule, dict[str, Any]]:
     """The model of a Lightning checkpoint (eval mode) and the checkpoint's content."""
     path = Path(path)
     checkpoint = load_checkpoint(path)
@@ -146,7 +147,7 @@ def data_class(class_path: str | None) -> type[ImageDataModule]:
 
     Only a class of this package is imported (the name comes from a file).
     """
-    package = __name__.rpartition(".")[0]
+    package = __package__.rpartition(".")[0]  # the project's package, which holds this one
     class_path = class_path or f"{package}.data.DataModule"  # files from before it was saved
     module, _, name = class_path.rpartition(".")
     found = None

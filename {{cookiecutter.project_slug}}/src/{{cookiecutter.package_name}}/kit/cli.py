@@ -4,6 +4,7 @@ Only the parser's configuration lives here; the recipe that runs it is train.py.
 """
 
 import contextlib
+import functools
 import importlib
 import inspect
 import os
@@ -36,8 +37,8 @@ from .checkpoint import run_config
 from .datamodule import ImageDataModule
 from .errors import ConfigError, config_error_in
 from .guards import RngState, SaveOnPreemption, StopOnDivergence
-from .model import ImageClassifier
 from .plots import ConfusionMatrixPlot, TrainingCurves
+from .project import check_model, current
 from .runs import (
     SaveRunConfig,
     first_logger,
@@ -146,6 +147,7 @@ class TrainCLI(LightningCLI):
 
     def mode_of(self, model: LightningModule) -> str:
         """'min' or 'max': which way --monitor is better, as the model's metric says."""
+        check_model(model)
         monitor, directions = self.config["monitor"], metric_directions(model)
         if monitor not in directions:
             raise ConfigError(
@@ -177,6 +179,7 @@ class TrainCLI(LightningCLI):
             if (cause := config_error_in(error)) is None:
                 raise
             raise cause from None
+        check_model(self.model)
         self.datamodule.check_contract()
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
@@ -232,6 +235,27 @@ def parse_only(args: list[str]) -> TrainCLI:
         raise ConfigError(f"train.py flags: {one_line(error)}") from error
 
 
+def configured_loggers(args: Sequence[str]) -> list[dict[str, Any]]:
+    """The loggers that train.py's flags give (configs/default.yaml's, or a --config's), as
+    plain data: what a repeat or a search gives each of its runs, in a folder of their own."""
+    return loggers_of(tuple(args))
+
+
+@functools.cache
+def loggers_of(args: tuple[str, ...]) -> list[dict[str, Any]]:
+    logger = parse_only(list(args)).config.trainer.logger
+    found = [
+        item.as_dict() if isinstance(item, Namespace) else item
+        for item in (logger if isinstance(logger, list) else [logger])
+    ]
+    if not (found and isinstance(found[0], dict) and "init_args" in found[0]):
+        raise ConfigError(
+            f"--trainer.logger {logger!r}: runs of a repeat or a search need a logger given by "
+            "class_path first (TensorBoardLogger or CSVLogger: its save_dir and name)"
+        )
+    return found
+
+
 def build_model(args: list[str]) -> LightningModule:
     """The model that train.py's flags describe, with the numbers its data module gives it;
     nothing trains. A --monitor that the model does not log is refused here, on one line."""
@@ -243,9 +267,9 @@ def build_model(args: list[str]) -> LightningModule:
 
 def project_defaults() -> Path:
     """The project's configs/default.yaml, which holds every default of the command line: beside
-    the src/ folder of this package (an editable install), else beside the running script
-    (train.py and the other entry scripts sit at the project's root)."""
-    roots = [Path(__file__).resolve().parents[2], Path(sys.argv[0]).resolve().parent]
+    the src/ folder that holds the project's package (an editable install), else beside the
+    running script (train.py and the other entry scripts sit at the project's root)."""
+    roots = [Path(__file__).resolve().parents[3], Path(sys.argv[0]).resolve().parent]
     for root in roots:
         if (path := root / "configs" / "default.yaml").is_file():
             return path
@@ -295,12 +319,25 @@ class OneLineErrors(LightningArgumentParser):
             # of a callable argument whose default is a class, such as the model's backbone.)
             given = sys.argv[1:] if args is None else list(args)
             args = ["--config", str(self.defaults_file), *given]
+            if HELP & set(given):  # --help shows the file's values as the defaults
+                self.show_defaults(super().parse_args(args[:2], **kwargs))
         return super().parse_args(args, **kwargs)
+
+    def show_defaults(self, values: Namespace) -> None:
+        """Make `values` the defaults that --help shows: each argument's whole value (a class
+        with its init_args as one), not a group's nor an argument's parts."""
+        done: tuple[str, ...] = ("config",)
+        for key, value in values.items(branches=True):
+            if key == "config" or key.startswith(done):
+                continue
+            with contextlib.suppress(KeyError):  # a group, not an argument
+                self.set_defaults({key: value.as_dict() if isinstance(value, Namespace) else value})
+                done += (f"{key}.",)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error:  # jsonargparse is trying alternatives; let it go on
             super().error(message, ex)
-        message = " ".join(message.split())
+        message = original = " ".join(message.split())
         if found := IN_A_CLASS.search(message):  # a bad value for an argument of a class
             message = f"{found['key']}.{found['arg']} ({found['cls']}): {found['why']}"
         elif found := UNKNOWN_ARGUMENT.search(message):  # a misspelled argument of a class
@@ -310,7 +347,22 @@ class OneLineErrors(LightningArgumentParser):
             message += f"; accepted: {accepted}" if accepted else ""
         elif found := NOT_IMPORTABLE.search(message):  # a class path that does not import
             message = f"{found['key']} {found['path']} cannot be imported: {found['why']}"
+        if (found := CLASS_PATH.search(original)) and (
+            moved := moved_into_library(path := found["path"] or found["quoted"])
+        ):
+            message = f"{found['key']} {path} moved: it is {moved} now"
         sys.exit(f"error: {message} (python train.py --help lists the options)")
+
+
+def moved_into_library(class_path: str) -> str | None:
+    """The library's class path of a class that a run's config names by its old path, from
+    before the library had a package of its own (<package>.callbacks.EpochLine, ...)."""
+    project = __package__.rpartition(".")[0]
+    module, _, name = class_path.rpartition(".")
+    if not module.startswith(f"{project}.") or module.startswith(f"{__package__}."):
+        return None
+    new = f"{__package__}.{module.removeprefix(f'{project}.')}.{name}"
+    return new if isinstance(class_at(new), type) else None
 
 
 def arguments_of(class_path: str) -> list[str]:
@@ -341,6 +393,12 @@ UNKNOWN_ARGUMENT = re.compile(
     r"(?:\. Got value: Namespace\(class_path='(?P<given>[^']+)')?"
 )
 # A class path that does not import:
+HELP = {"-h", "--help"}
+# A class path given by flag or in a config file, as jsonargparse quotes it.
+CLASS_PATH = re.compile(
+    r'Parser key "(?P<key>[\w.]+)":.*?(?:Expected a path but (?P<path>[\w.]+) |'
+    r"class_path '(?P<quoted>[\w.]+)')"
+)
 NOT_IMPORTABLE = re.compile(
     r'Parser key "(?P<key>[\w.]+)": - Expected a path but (?P<path>\S+) either not accessible '
     r"or invalid .*?(?P<why>(?:module|No module) [^.]*?'[^']*'(?: has no attribute '[^']*')?)"
@@ -393,7 +451,7 @@ def build_cli(
         # evaluate and export pass a list of their own; sys.argv holds their flags, not these.
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
         settings = dict(
-            model_class=ImageClassifier,
+            model_class=current().model,
             # Any data module of the contract, by class_path; data.py's by default.
             datamodule_class=ImageDataModule,
             subclass_mode_data=True,

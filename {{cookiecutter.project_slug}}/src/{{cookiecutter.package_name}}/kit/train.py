@@ -60,7 +60,7 @@ def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
                 model, datamodule=data, ckpt_path=best, verbose=False, weights_only=True
             )
         metrics = {key: float(value) for key, value in results[0].items()} if results else {}
-        write_results(trainer, best, metrics)
+        write_results(trainer, best, metrics, cli.config.trainer.logger)
         log_hyperparameters(trainer, cli.config, metrics)
         finish()
         return metrics

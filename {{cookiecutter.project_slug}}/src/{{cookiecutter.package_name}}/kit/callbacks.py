@@ -12,7 +12,6 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torch.optim import Optimizer
 
-from .backbones import features
 from .compat import PacingHook
 from .errors import ConfigError
 
@@ -151,8 +150,10 @@ class FreezeBackbone(L.Callback):
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.current_epoch < self.epochs:
-            for parameter in features(pl_module.backbone):
-                parameter.grad = None
+            for group in trainer.optimizers[0].param_groups:
+                if group.get("name") == "features":  # the model's layers before its classifier
+                    for parameter in group["params"]:
+                        parameter.grad = None
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Optimizer

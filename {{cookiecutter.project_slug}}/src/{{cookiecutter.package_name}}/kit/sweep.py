@@ -26,6 +26,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from optuna_integration import PyTorchLightningPruningCallback
 
 from .callbacks import better
+from .cli import configured_loggers
 from .compat import trial_id
 from .errors import ConfigError
 from .repeat import RUN_ENV, Run, write_manifest
@@ -163,7 +164,8 @@ def run_trial(trial: Trial, sweep: Sweep) -> PyTorchLightningPruningCallback:
     values = {key: suggest(trial, key, dist) for key, dist in sweep.space.items()}
     args = [
         *sweep.train_args,
-        "--trainer.logger", logger_in(sweep.folder, f"trial_{trial.number:03d}"),
+        "--trainer.logger",
+        logger_in(sweep.folder, f"trial_{trial.number:03d}", configured_loggers(sweep.train_args)),
         *flags(values),
     ]  # fmt: skip
     pruning = PyTorchLightningPruningCallback(trial, monitor=sweep.metric)
@@ -209,7 +211,8 @@ def trial_flags(trial: Trial, sweep: Sweep) -> list[str]:
 def repeated_args(trial: Trial, sweep: Sweep, run: Run) -> list[str]:
     """train.py's flags for one run of a repeated trial: trial_<N>/<seed or fold>/."""
     folder = sweep.folder / f"trial_{trial.number:03d}"
-    logger = ["--trainer.logger", logger_in(folder, run.name)]
+    loggers = configured_loggers(sweep.train_args)
+    logger = ["--trainer.logger", logger_in(folder, run.name, loggers)]
     return [*trial_flags(trial, sweep), *logger, *run.flags(sweep.repeat.folds)]
 
 

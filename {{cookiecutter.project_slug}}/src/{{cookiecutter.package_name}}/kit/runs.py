@@ -30,7 +30,6 @@ from .checkpoint import layer_differences, load_checkpoint, load_weights, resolv
 from .compat import destroy_process_group
 from .errors import ConfigError, DivergedError
 from .guards import SaveOnPreemption
-from .loggers import LOGGER, how_to_watch
 
 # Loggers whose save_dir/name/version_<N> folder is the run folder, when first in the list.
 FOLDER_LOGGERS = ("TensorBoardLogger", "CSVLogger")
@@ -71,13 +70,13 @@ def first_logger(config: object) -> object:
     return logger[0] if isinstance(logger, list) and logger else logger
 
 
-def logger_in(folder: Path, name: str) -> str:
-    """The project's logger(s), the first writing its run folders to folder/name, as JSON
-    (a --trainer.logger value): the runs of a search or a repeat go into a folder of their own."""
-    loggers = copy.deepcopy(LOGGER)
-    first = loggers[0] if isinstance(loggers, list) else loggers
-    first["init_args"] = {**first["init_args"], "save_dir": str(folder), "name": name}
-    return json.dumps(loggers)
+def logger_in(folder: Path, name: str, loggers: list[dict[str, Any]]) -> str:
+    """`loggers` (cli.configured_loggers), the first writing its run folders to folder/name, as
+    JSON (a --trainer.logger value): the runs of a search or a repeat go into a folder of their
+    own."""
+    loggers = copy.deepcopy(loggers)
+    loggers[0]["init_args"] = {**loggers[0]["init_args"], "save_dir": str(folder), "name": name}
+    return json.dumps(loggers if len(loggers) > 1 else loggers[0])  # one: as configured
 
 
 @contextlib.contextmanager
@@ -278,7 +277,9 @@ def metric_directions(model: LightningModule) -> dict[str, str]:
     return found
 
 
-def write_results(trainer: Trainer, checkpoint: str | None, metrics: dict[str, float]) -> None:
+def write_results(
+    trainer: Trainer, checkpoint: str | None, metrics: dict[str, float], loggers: object = None
+) -> None:
     """test_metrics.json and metric_directions.json (read by results.py) in the run folder, and
     the summary of the run on the console."""
     log_dir = trainer.log_dir  # a collective call: every rank must make it
@@ -287,7 +288,7 @@ def write_results(trainer: Trainer, checkpoint: str | None, metrics: dict[str, f
         path.write_text(json.dumps({"checkpoint": checkpoint or "", **metrics}, indent=2) + "\n")
         directions = metric_directions(trainer.lightning_module)
         (Path(log_dir) / DIRECTIONS).write_text(json.dumps(directions, indent=2) + "\n")
-        print(summary(trainer, metrics, log_dir))
+        print(summary(trainer, metrics, log_dir, loggers))
 
 
 # The keys of a run's config that go to each logger's hyperparameter view.
@@ -343,7 +344,9 @@ def flatten(config: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def summary(trainer: Trainer, metrics: dict[str, float], log_dir: str) -> str:
+def summary(
+    trainer: Trainer, metrics: dict[str, float], log_dir: str, loggers: object = None
+) -> str:
     """What a run leaves behind, and the commands that go on from it."""
     checkpoint = trainer.checkpoint_callback
     best = "none"
@@ -357,11 +360,26 @@ def summary(trainer: Trainer, metrics: dict[str, float], log_dir: str) -> str:
         "Best checkpoint": best,
         "Test": tested or "not run",
         "Run folder": f"{log_dir}  (config.yaml, checkpoints/, plots/, test_metrics.json)",
-        "Watch": how_to_watch(log_dir),
+        "Watch": how_to_watch(log_dir, loggers),
         "Resume": f"python train.py --ckpt_path {log_dir}/checkpoints/last.ckpt "
         "--max_epochs <more>",
     }
     return "\n".join(f"{name + ':':<17}{value}" for name, value in rows.items())
+
+
+def how_to_watch(log_dir: str, loggers: object) -> str:
+    """Where the logged metrics of a run are, or the command that shows them, by the config's
+    loggers (--trainer.logger: one or a list of class_path and init_args)."""
+    loggers = loggers if isinstance(loggers, list) else [loggers]
+    found = {getattr(logger, "class_path", "").rpartition(".")[2]: logger for logger in loggers}
+    if logger := found.get("WandbLogger"):
+        return f"wandb sync {logger.init_args.save_dir}/wandb/offline-run-*"
+    if logger := found.get("MLFlowLogger"):
+        uri = logger.init_args.tracking_uri
+        return f"mlflow ui --backend-store-uri {uri}  (the UI needs the full mlflow package)"
+    if logger := found.get("TensorBoardLogger"):
+        return f"tensorboard --logdir {logger.init_args.save_dir}"
+    return f"{log_dir}/metrics.csv (curves in {log_dir}/plots/)"
 
 
 def finish() -> None:

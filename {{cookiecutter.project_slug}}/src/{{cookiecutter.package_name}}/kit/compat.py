@@ -1,19 +1,14 @@
 """The one place that touches private parts of libraries; tests/test_compat.py checks them."""
-{% if cookiecutter.logger != "tensorboard" %}
+
 import csv
-{%- endif %}
 from datetime import timedelta
-{%- if cookiecutter.sweep == "yes" %}
 from typing import Any
-{%- endif %}
 
 import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
-{%- if cookiecutter.logger != "tensorboard" %}
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
-{%- endif %}
 from lightning.pytorch.strategies import Strategy
 
 
@@ -34,7 +29,7 @@ def set_collective_timeout(strategy: Strategy, seconds: float) -> bool:
     return True
 
 
-{% if cookiecutter.logger != "tensorboard" %}class AppendingWriter(ExperimentWriter):
+class AppendingWriter(ExperimentWriter):
     """Lightning's metrics.csv writer, keeping the rows and columns of an existing file.
 
     Lightning's own writer warns and deletes the file when it opens a folder that has one.
@@ -58,7 +53,7 @@ class AppendingCSVLogger(CSVLogger):
         return self._experiment
 
 
-{% endif %}def destroy_process_group() -> None:
+def destroy_process_group() -> None:
     """destroy_process_group, without the gloo deadlock of torch before 2.8.
 
     There, the process group's destructor holds the GIL while it joins gloo's worker threads,
@@ -85,14 +80,12 @@ class PacingHook(TQDMProgressBar):
 
     def may_redraw(self, current: int, total: int) -> bool:
         return True
-{%- if cookiecutter.sweep == "yes" %}
 
 
 def trial_id(trial: Any) -> int:
-    """The storage's id of an Optuna trial: what `optuna.trial.Trial(study, trial_id)` takes to
-    make the same trial in another process (a DDP trial's other ranks).
+    """The storage's id of a study's trial: what the Trial class takes, with the study, to make
+    the same trial in another process (the other ranks of a DDP trial).
 
-    Optuna keeps it in a private attribute; its public `number` counts within the study only.
+    The library keeps it in a private attribute; its public `number` counts within the study.
     """
     return trial._trial_id
-{%- endif %}

@@ -1,0 +1,81 @@
+"""What the library needs from a project, and how the project hands it over.
+
+The library never imports the project's modules. The project's entry scripts hand over its
+LightningModule class (`use`, before the library's entry point runs); the data module's class
+comes from the config (`data.class_path`).
+
+The model class, a LightningModule, provides (`check_model` names a missing one at start):
+  backbone      an nn.Module from inputs to logits; its last nn.Linear is the classifier
+                (--init_from keeps the rest, FreezeBackbone freezes the rest)
+  val_metrics   a torchmetrics MetricCollection with prefix "val/": what --monitor may name
+                besides val/loss, each metric's higher_is_better telling which way is better
+  its optimizer's parameter groups named "classifier" and "features" (FreezeBackbone)
+  hyperparameters saved (save_hyperparameters): a checkpoint rebuilds the model from them
+The data module class provides what datamodule.ImageDataModule documents (class names, input
+shape, normalisation, prediction transform), checked by its `check_contract` at start.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:  # imported when used: predicting from an exported file needs no Lightning
+    from lightning.pytorch import LightningModule
+
+
+@dataclass(frozen=True)
+class Project:
+    """The project's classes, as the library takes them."""
+
+    model: "type[LightningModule]"
+
+    def __post_init__(self) -> None:
+        from lightning.pytorch import LightningModule
+
+        if not (isinstance(self.model, type) and issubclass(self.model, LightningModule)):
+            raise ConfigError(f"Project(model={self.model!r}): give a LightningModule class")
+
+
+_current: list["Project | Callable[[], Project]"] = []
+
+
+def use(project: "Project | Callable[[], Project]") -> None:
+    """Hand the project over, or a function that gives it when a run first needs the model:
+    the library's entry points build and load the project's model from now on."""
+    if not (isinstance(project, Project) or callable(project)):
+        raise ConfigError(f"use({project!r}): give a Project(model=<LightningModule class>)")
+    _current[:] = [project]
+
+
+def current() -> Project:
+    """The project handed over by `use`."""
+    if _current and not isinstance(_current[0], Project):
+        given = _current[0]()
+        if not isinstance(given, Project):
+            raise ConfigError(f"{_current[0]!r} gave {given!r}, not a Project(model=...)")
+        _current[:] = [given]
+    if not _current:
+        package = __package__.rpartition(".")[0]
+        raise ConfigError(
+            f"no project handed over: call {__package__}.project.use(Project(model=...)) first "
+            f"(the entry scripts hand over {package}.project.project)"
+        )
+    return _current[0]
+
+
+def check_model(model: "LightningModule") -> None:
+    """Name, on one line, what the model lacks of what the library uses."""
+    from torch import nn
+    from torchmetrics import MetricCollection
+
+    name = type(model).__name__
+    if not isinstance(getattr(model, "backbone", None), nn.Module):
+        raise ConfigError(f"model {name} has no `backbone` module (inputs -> logits)")
+    collections = [m for m in model.modules() if isinstance(m, MetricCollection)]
+    if not any(collection.prefix == "val/" for collection in collections):
+        raise ConfigError(
+            f"model {name} has no torchmetrics MetricCollection with prefix 'val/' "
+            "(its validation metrics, which --monitor may name)"
+        )

@@ -1,0 +1,12 @@
+"""What this project hands the library (kit/): its model class, imported when a run first needs
+it (predicting with an exported file imports neither Lightning nor the model). The data
+module's class is the config's (data.class_path); kit/project.py lists what the library
+expects of both."""
+
+from .kit.project import Project
+
+
+def project() -> Project:
+    from .model import ImageClassifier
+
+    return Project(model=ImageClassifier)
