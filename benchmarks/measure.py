@@ -300,7 +300,7 @@ def compare(options: argparse.Namespace) -> dict[str, Any]:
     trainer_variants = {
         "trainer": [],
         "trainer_no_progress_bar": ["--trainer.enable_progress_bar", "false"],
-        "trainer_paced_bar": ["--trainer.callbacks+=proj.callbacks.PacedProgressBar"],
+        "trainer_paced_bar": ["--trainer.callbacks+=proj.kit.callbacks.PacedProgressBar"],
         "trainer_rich_bar": ["--trainer.callbacks+=lightning.pytorch.callbacks.RichProgressBar"],
         "trainer_log_every_step": ["--trainer.log_every_n_steps", "1"],
         "trainer_log_never": ["--trainer.log_every_n_steps", "1000000"],

@@ -78,4 +78,5 @@ def test_awkward_names_derive_valid_names(
     assert rendered.answers["project_slug"] == slug
     assert rendered.answers["package_name"] == package
     assert rendered.path == tmp_path / "out" / slug
-    assert (rendered.path / "src" / package / "cli.py").is_file()
+    assert (rendered.path / "src" / package / "model.py").is_file()
+    assert (rendered.path / "src" / package / "kit" / "cli.py").is_file()

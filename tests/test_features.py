@@ -226,10 +226,10 @@ def test_project_without_features_is_ruff_clean(
 
 
 def package_lines(rendered: Render) -> dict[str, int]:
-    """Lines of each module of the package (what `wc -l src/<package>/*.py` counts)."""
+    """Lines of each module of the package, the library's (kit/) too."""
     return {
-        path.name: len(path.read_text().splitlines())
-        for path in sorted(rendered.package.glob("*.py"))
+        str(path.relative_to(rendered.package)): len(path.read_text().splitlines())
+        for path in sorted(rendered.package.rglob("*.py"))
     }
 
 
@@ -239,7 +239,7 @@ def test_features_left_out_shrink_the_package(
     full = package_lines(render(tmp_path))
     lean = package_lines(without_features)
     feature_modules = {
-        Path(path).name
+        path.removeprefix("{package}/")
         for paths in FEATURE_FILES.values()
         for path in paths
         if path.startswith("{package}/")

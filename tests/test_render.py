@@ -196,11 +196,13 @@ def test_readme_commands_fit_the_chosen_logger_and_dataset(rendered: Render) -> 
 
 
 def test_readme_maps_every_module(rendered: Render) -> None:
-    """The README's "where is what" names every module of the package that was rendered."""
+    """The README's "where is what" names every module of the package that was rendered, the
+    library's (kit/) too."""
     package = rendered.path / "src" / rendered.answers["package_name"]
     table = (rendered.path / "README.md").read_text().split("## Install")[0]
-    named = set(re.findall(r"`(?:src/\w+/)?(\w+\.py)`", table))
-    modules = {path.name for path in package.glob("*.py")} - {"__init__.py"}
+    named = set(re.findall(r"`(?:src/\w+/)?(?:kit/)?(\w+\.py)`", table))
+    modules = {path.name for path in [*package.glob("*.py"), *package.glob("kit/*.py")]}
+    modules -= {"__init__.py"}
     assert modules <= named, sorted(modules - named)
     scripts = {path.name for path in rendered.path.glob("*.py")}
     assert named <= modules | scripts, sorted(named - modules - scripts)  # nothing left over

@@ -13,7 +13,9 @@ import lightning as L
 import torch
 
 from {{ cookiecutter.package_name }}.data import DataModule
-from {{ cookiecutter.package_name }}.model import ImageClassifier
+from {{ cookiecutter.package_name }}.kit.cli import build_model
+from {{ cookiecutter.package_name }}.kit.project import use
+from {{ cookiecutter.package_name }}.project import project
 
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
 
@@ -39,7 +41,8 @@ def samples_per_second(precision: str, steps: int, batch_size: int) -> float:
     """Train the default model and data for `steps` steps; samples per second after warmup."""
     timer = StepTimer(warmup=min(20, steps // 4))
     datamodule = DataModule(batch_size=batch_size)
-    model = ImageClassifier(datamodule.num_classes, datamodule.input_shape)
+    # The model as train.py builds it: configs/default.yaml's network and settings.
+    model = build_model(["--accelerator", "cpu", "--devices", "1"])
     trainer = L.Trainer(
         accelerator="gpu",
         devices=1,
@@ -61,6 +64,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--batch_size", type=int, default=256)
     options = parser.parse_args()
+    use(project)
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA GPU found; nothing to measure.")
         return 0

@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-
 RUN = Path("runs/default/version_0")
 TRACKING_URI = "sqlite:///runs/mlflow.db"  # configs/default.yaml's
 

@@ -29,7 +29,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     except ConfigError as error:
         sys.exit(f"error: {error}")
     trainer = cli.trainer
-    results = trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=str(checkpoint))
+    results = trainer.test(
+        cli.model, datamodule=cli.datamodule, ckpt_path=str(checkpoint), weights_only=True
+    )
     metrics = {key: float(value) for key, value in results[0].items()}
     path = checkpoint.parent.parent / "eval_metrics.json"
     if trainer.is_global_zero:
