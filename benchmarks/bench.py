@@ -171,7 +171,10 @@ def wall_time(command: list[str], cwd: Path, env: dict[str, str]) -> float:
 FIRST_STEP = """
 import json, sys, time
 from lightning.pytorch import Callback
-from proj.train import main
+from proj.kit.project import use
+from proj.kit.train import main
+from proj.project import project
+use(project)  # as train.py does
 imported = time.time()
 class FirstStep(Callback):
     def on_train_batch_start(self, *args):
