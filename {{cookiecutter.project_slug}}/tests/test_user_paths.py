@@ -194,8 +194,28 @@ class UserCommand:
         fail_if_stalled([self], stall)
 
     def signal(self, sig: signal.Signals) -> None:
+        """To the command's process group, and to every process of the command that left it
+        (torchrun starts its ranks in sessions of their own)."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, sig)
+        for pid in self.left_the_group():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    def left_the_group(self) -> list[int]:
+        """Running Python processes of the command outside its process group: those with a
+        stacks file whose command line is still the one the file names (not a reused id)."""
+        found = []
+        for path in self.stacks.glob("*.txt"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                pid = int(path.stem)
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                running = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                named = path.read_text().split(": ", 1)[1]  # the command line, then stacks
+                mine = named.startswith(running.decode().strip())
+                if mine and stat[0] != "Z" and int(stat[2]) != self.process.pid:
+                    found.append(pid)
+        return found
 
     def kill(self) -> None:
         self.signal(signal.SIGKILL)
@@ -268,7 +288,7 @@ def write_stacks(commands: list[UserCommand]) -> None:
     or after 10 s."""
     before = {}
     for command in commands:
-        for pid in process_group(command.process.pid):
+        for pid in [*process_group(command.process.pid), *command.left_the_group()]:
             path = command.stacks / f"{pid}.txt"
             with contextlib.suppress(FileNotFoundError):
                 before[path] = path.stat().st_size
@@ -364,6 +384,12 @@ def forked_child_waits(): time.sleep(600)
 started = "import time\\ndef started_child_waits(): time.sleep(600)\\nprint(flush=True)\\n"
 child = subprocess.Popen([sys.executable, "-c", started + "started_child_waits()"], stdout=-1)
 child.stdout.readline()  # it runs, its handler is in place
+# In a session of its own, as torchrun starts its ranks: outside the command's process group.
+alone = started.replace("started_child", "own_session_child")
+rank = subprocess.Popen(
+    [sys.executable, "-c", alone + "own_session_child_waits()"], stdout=-1, start_new_session=True
+)
+rank.stdout.readline()
 ready, tell = os.pipe()
 if os.fork() == 0:
     os.write(tell, b"1")
@@ -386,7 +412,8 @@ def test_a_command_fails_when_it_stalls_not_when_it_is_slow(tmp_path: Path, outp
     message = str(failed.value)
     assert re.search(r"hung \(wrote nothing for \d+ s", message), message
     assert "working" in message  # the output's tail
-    for waits in ("parent_waits", "started_child_waits", "forked_child_waits"):
+    waiting = ("parent_waits", "started_child_waits", "forked_child_waits", "own_session_child")
+    for waits in waiting:
         assert f"in {waits}" in message, message  # every process's stacks
     assert "forked from" in message
     assert re.search(r"-c pass\n  \(no stacks\)", message), message  # the one that ended
@@ -394,6 +421,9 @@ def test_a_command_fails_when_it_stalls_not_when_it_is_slow(tmp_path: Path, outp
     while process_group(hangs.process.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert process_group(hangs.process.pid) == [], "the hung command's processes still run"
+    while hangs.left_the_group() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert hangs.left_the_group() == [], "the hung command's own-session process still runs"
 
     endless = UserCommand([sys.executable, "-c", ENDLESS], tmp_path, output, {})
     with pytest.raises(pytest.fail.Exception, match=r"hung \(ran \d+ s"):
