@@ -402,7 +402,8 @@ def server(train: Callable, tmp_path: Path) -> Iterator[str]:
 
 @contextlib.contextmanager
 def serving(artifact: Path, tmp_path: Path) -> Iterator[str]:
-    """serve.py on an ONNX export, in its own process group on a free loopback port."""
+    """serve.py on an artifact or checkpoint, in its own process group on a free loopback
+    port."""
     url = f"http://127.0.0.1:{free_port()}"
     command = [sys.executable, str(PROJECT / "serve.py"), "--model", str(artifact),
                "--port", url.rsplit(":", 1)[1], "--max_megabytes", "0.1"]  # fmt: skip
@@ -425,6 +426,21 @@ def serving(artifact: Path, tmp_path: Path) -> Iterator[str]:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         log.close()
+
+
+def test_a_checkpoint_serves_as_it_predicts(train: Callable, tmp_path: Path) -> None:
+    """LitServe's workers are spawned processes: they rebuild the project's model from the
+    checkpoint without running serve.py's __main__, where the project is handed over."""
+    train(*ONE_EPOCH)
+    best = Path(json.loads(next(Path("runs").rglob("test_metrics.json")).read_text())["checkpoint"])
+    files = write_images(tmp_path / "images")
+    assert predict(["--model", str(best), str(files[0]), "--output", "ckpt.json"]) == 0
+    (predicted,) = json.loads(Path("ckpt.json").read_text())
+    with serving(best, tmp_path) as url:
+        status, answer = post(url, image_request(files[0]))
+    assert status == 200, answer
+    assert answer["class"] == predicted["class"]
+    assert answer["probability"] == pytest.approx(predicted["probability"], abs=1e-5)
 
 
 @pytest.mark.slow

@@ -19,6 +19,8 @@ from torchmetrics.classification import MulticlassCalibrationError
 from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.kit.callbacks import EpochLine
 from {{ cookiecutter.package_name }}.kit.cli import CALLBACKS, TrainCLI, build_cli
+from {{ cookiecutter.package_name }}.kit.errors import ConfigError
+from {{ cookiecutter.package_name }}.kit.project import use
 from {{ cookiecutter.package_name }}.kit.runs import metric_directions
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 
@@ -167,6 +169,11 @@ def test_a_run_from_before_the_library_moved_is_refused_naming_the_new_class_pat
     message = str(exit_info.value)
     assert f"epoch_line {old} moved: it is {new} now" in message, message
     assert len(message.splitlines()) == 1
+
+
+def test_the_model_class_alone_is_no_project() -> None:
+    with pytest.raises(ConfigError, match=r"give a Project\(model="):
+        use(ImageClassifier)  # callable, as the function in project.py is: refused here
 
 
 def test_resume_without_a_previous_run_says_so(

@@ -184,7 +184,7 @@ class PacedProgressBar(PacingHook):
 
     For output that goes to a file, such as a cluster job's log: Lightning's bar redraws
     twice per step, past tqdm's own pacing, and each redraw is appended to the file. Choose
-    it with `--progress_bar <package>.callbacks.PacedProgressBar`.
+    it with `--progress_bar <package>.kit.callbacks.PacedProgressBar`.
     """
 
     # NonNegativeFloat: the command line refuses a negative interval while parsing.

@@ -55,7 +55,7 @@ COLLECTIVE_TIMEOUT = 600.0
 SHORT_FLAGS = ("accelerator", "devices", "num_nodes", "precision", "strategy", "max_epochs")
 
 # Every callback of a run, under its own key: each shows in the run's config.yaml, changes by
-# flag (--early_stopping.patience 5) or by class (--progress_bar <package>.callbacks.
+# flag (--early_stopping.patience 5) or by class (--progress_bar <package>.kit.callbacks.
 # PacedProgressBar), and `--<key> null` switches it off. The class and settings each key starts
 # with are in configs/default.yaml; None: off there (freeze_backbone, ema).
 CALLBACKS = {
@@ -238,11 +238,11 @@ def parse_only(args: list[str]) -> TrainCLI:
 def configured_loggers(args: Sequence[str]) -> list[dict[str, Any]]:
     """The loggers that train.py's flags give (configs/default.yaml's, or a --config's), as
     plain data: what a repeat or a search gives each of its runs, in a folder of their own."""
-    return loggers_of(tuple(args))
+    return loggers_of(tuple(args), os.getcwd())  # a --config path is relative to it
 
 
 @functools.cache
-def loggers_of(args: tuple[str, ...]) -> list[dict[str, Any]]:
+def loggers_of(args: tuple[str, ...], folder: str) -> list[dict[str, Any]]:
     logger = parse_only(list(args)).config.trainer.logger
     found = [
         item.as_dict() if isinstance(item, Namespace) else item
@@ -361,6 +361,8 @@ def moved_into_library(class_path: str) -> str | None:
     module, _, name = class_path.rpartition(".")
     if not module.startswith(f"{project}.") or module.startswith(f"{__package__}."):
         return None
+    if class_at(class_path) is not None:  # the project's own class of that name: not moved
+        return None
     new = f"{__package__}.{module.removeprefix(f'{project}.')}.{name}"
     return new if isinstance(class_at(new), type) else None
 
@@ -392,13 +394,13 @@ UNKNOWN_ARGUMENT = re.compile(
     r"Option '(?P<arg>\w+)' is not accepted"
     r"(?:\. Got value: Namespace\(class_path='(?P<given>[^']+)')?"
 )
-# A class path that does not import:
 HELP = {"-h", "--help"}
 # A class path given by flag or in a config file, as jsonargparse quotes it.
 CLASS_PATH = re.compile(
     r'Parser key "(?P<key>[\w.]+)":.*?(?:Expected a path but (?P<path>[\w.]+) |'
     r"class_path '(?P<quoted>[\w.]+)')"
 )
+# A class path that does not import:
 NOT_IMPORTABLE = re.compile(
     r'Parser key "(?P<key>[\w.]+)": - Expected a path but (?P<path>\S+) either not accessible '
     r"or invalid .*?(?P<why>(?:module|No module) [^.]*?'[^']*'(?: has no attribute '[^']*')?)"

@@ -44,9 +44,16 @@ _current: list["Project | Callable[[], Project]"] = []
 def use(project: "Project | Callable[[], Project]") -> None:
     """Hand the project over, or a function that gives it when a run first needs the model:
     the library's entry points build and load the project's model from now on."""
-    if not (isinstance(project, Project) or callable(project)):
+    # A class is callable too: use(ImageClassifier) would fail later, far from here.
+    if not isinstance(project, Project) and (isinstance(project, type) or not callable(project)):
         raise ConfigError(f"use({project!r}): give a Project(model=<LightningModule class>)")
     _current[:] = [project]
+
+
+def handed_over() -> "Project | Callable[[], Project] | None":
+    """What `use` was given (None: nothing yet), for a process that starts others by spawning
+    them: they run no entry script's `__main__` and take it along (serve.py's workers)."""
+    return _current[0] if _current else None
 
 
 def current() -> Project:

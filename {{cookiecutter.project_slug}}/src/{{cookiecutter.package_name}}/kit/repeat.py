@@ -123,6 +123,7 @@ def parse(argv: Sequence[str]) -> Repeat:
 def check(repeat: Repeat) -> None:
     """Parse the train.py flags once before any run; refuse a folder made with other flags."""
     parse_only(repeat.train_args)
+    configured_loggers(repeat.train_args)  # each run needs a logger with a run folder
     manifest = repeat.folder / "repeat.json"
     wanted = manifest_of(repeat.train_args, repeat.folds)
     if manifest.is_file():

@@ -76,6 +76,10 @@ def logger_in(folder: Path, name: str, loggers: list[dict[str, Any]]) -> str:
     own."""
     loggers = copy.deepcopy(loggers)
     loggers[0]["init_args"] = {**loggers[0]["init_args"], "save_dir": str(folder), "name": name}
+    for logger in loggers:  # a run of its own each: no version or run id of the config's
+        for key in ("version", "id", "run_id"):
+            if logger.get("init_args", {}).get(key) is not None:
+                logger["init_args"][key] = None
     return json.dumps(loggers if len(loggers) > 1 else loggers[0])  # one: as configured
 
 

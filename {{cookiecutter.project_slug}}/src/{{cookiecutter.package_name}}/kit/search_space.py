@@ -21,7 +21,7 @@ from optuna.distributions import (
 from optuna.pruners import BasePruner, MedianPruner
 from optuna.samplers import BaseSampler
 
-from .cli import build_model, one_line, parse_only
+from .cli import build_model, configured_loggers, one_line, parse_only
 from .errors import ConfigError
 from .repeat import Repeat, fold_count, seed_list
 from .runs import metric_directions
@@ -212,6 +212,7 @@ def check_train_args(sweep: Sweep) -> None:
     """Parse the train.py flags with each parameter's values, before any trial runs; fill in
     the metric and direction that the search space leaves to train.py's --monitor."""
     cli = parse_only(sweep.train_args)
+    configured_loggers(sweep.train_args)  # each trial needs a logger with a run folder
     # The trials' metric: the search space's, else the one train.py's flags monitor.
     if sweep.metric is None:
         sweep.metric = cli.config.monitor

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from .errors import ConfigError
 from .inference import load_classifier
+from .project import handed_over, use
 
 MAX_MEGABYTES = 10
 
@@ -40,8 +41,13 @@ class ClassifierAPI(ls.LitAPI):
     def __init__(self, model: Path) -> None:
         super().__init__()
         self.model = model
+        # LitServe's workers are spawned: they import serve.py afresh, without running its
+        # __main__, and get the project here (a checkpoint is rebuilt as the project's model).
+        self.project = handed_over()
 
     def setup(self, device: str) -> None:
+        if self.project is not None:
+            use(self.project)
         self.classifier = load_classifier(self.model)
 
     def decode_request(self, request: ImageRequest) -> Tensor:
