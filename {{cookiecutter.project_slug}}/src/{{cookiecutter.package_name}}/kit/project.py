@@ -52,7 +52,7 @@ def use(project: "Project | Callable[[], Project]") -> None:
 
 def handed_over() -> "Project | Callable[[], Project] | None":
     """What `use` was given (None: nothing yet), for a process that starts others by spawning
-    them: they run no entry script's `__main__` and take it along (serve.py's workers)."""
+    them: they run no entry script's `__main__` and take it along (a server's workers)."""
     return _current[0] if _current else None
 
 
