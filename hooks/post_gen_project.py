@@ -25,29 +25,24 @@ VARIANT_FILES = {
     PACKAGE / "data.py": PACKAGE / "datasets",
     Path("tests") / "fake_data.py": Path("tests") / "datasets",
 }
-# Tests read metrics from the run folder's first logger (mlflow and wandb runs keep a
-# CSVLogger first), and mlflow and wandb get a test of their own.
+# mlflow and wandb get a test of their own.
 LOGGER_FILES = {
-    Path("tests") / "logged.py": (
-        Path("tests") / "logged",
-        "tensorboard" if LOGGER == "tensorboard" else "csv",
-    ),
     Path("tests") / "test_logger.py": (Path("tests") / "logger_tests", LOGGER),
 }
 
-# What each optional feature adds: its entry scripts, package modules, configs and tests. The
+# What each optional feature adds: its entry scripts, library modules and configs. The
 # README, pyproject.toml and the shared tests mention a feature only inside Jinja conditionals.
 FEATURE_FILES = {
     "deploy": [
         Path("export.py"), Path("predict.py"), Path("serve.py"),
         KIT / "export.py", KIT / "predict.py", KIT / "serve.py",
-        KIT / "inference.py", Path("tests") / "test_deploy.py",
+        KIT / "inference.py",
     ],
     "sweep": [
         Path("sweep.py"), KIT / "sweep.py", KIT / "search_space.py",
-        Path("configs") / "sweep", Path("tests") / "test_sweep.py",
+        Path("configs") / "sweep",
     ],
-    "cluster": [Path("scripts") / "slurm", Path("tests") / "test_cluster.py"],
+    "cluster": [Path("scripts") / "slurm"],
 }  # fmt: skip
 
 SHARDS_FILES = [

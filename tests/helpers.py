@@ -5,6 +5,8 @@ import hashlib
 import importlib
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from cookiecutter.generate import generate_files
 from cookiecutter.main import cookiecutter
 
 from combinations import case_id, choice_questions, covering_set
@@ -87,6 +90,9 @@ DATASET_CASES = [name for name in CASES if name != "default"]
 # What test_render.py checks: the named cases above and the computed combinations.
 RENDERS = {**CASES, **COMBINATIONS}
 
+# Template syntax (or the word) left in a rendered file.
+LEFTOVER = re.compile(rb"(?<!\$)\{\{|\{%|\{#|cookiecutter")
+
 # Written by the tools the tests run inside a render, never by the template.
 CACHES = {"__pycache__", ".pytest_cache", ".ruff_cache"}
 
@@ -131,6 +137,44 @@ def render(workdir: Path, **answers: str) -> Render:
     )
     (replay,) = (settings / "replay").glob("*.json")
     return Render(Path(project), json.loads(replay.read_text()))
+
+
+# The library's tests: rendered into a project's tests/ folder with the project's answers, so
+# they run against that project, and shipped in none (the library is tested here, once).
+LIBRARY_TESTS = REPO / "library_tests"
+# The projects they run against: the default dataset and logger (every test, slow ones too), and
+# image files read from disk by loader workers, with a CSV logger.
+LIBRARY_CASES = ["digits", "image_folder"]
+LIBRARY_FEATURE_TESTS = {
+    "deploy": ["test_deploy.py"],
+    "sweep": ["test_sweep.py"],
+    "cluster": ["test_cluster.py"],
+}
+
+
+def add_library_tests(rendered: Render) -> list[str]:
+    """Write the library's tests into the render's tests/ folder: the names of the test files.
+
+    They read metrics from the run folder's first logger (mlflow and wandb runs keep a CSVLogger
+    first) through tests/logged.py, and a feature's tests come with the feature only.
+    """
+    before = set((rendered.path / "tests").iterdir())
+    generate_files(
+        repo_dir=str(LIBRARY_TESTS),
+        context={"cookiecutter": rendered.answers},
+        output_dir=str(rendered.path.parent),
+        overwrite_if_exists=True,
+    )
+    tests = rendered.path / "tests"
+    logger = "tensorboard" if rendered.answers["logger"] == "tensorboard" else "csv"
+    (tests / "logged" / f"{logger}.py").replace(tests / "logged.py")
+    shutil.rmtree(tests / "logged")
+    for feature, names in LIBRARY_FEATURE_TESTS.items():
+        if rendered.answers[feature] != "yes":
+            for name in names:
+                (tests / name).unlink()
+    added = set(tests.iterdir()) - before
+    return sorted(path.name for path in added if path.name.startswith("test_"))
 
 
 def import_cli(rendered: Render) -> ModuleType:

@@ -2,6 +2,7 @@
 
 import ast
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -146,3 +147,76 @@ def test_cruft_update_keeps_user_edits(tmp_path: Path, features: str) -> None:
         PYTHONPATH=str(project / "src"),
     )
     assert tests.returncode == 0, tests.stdout
+
+
+# The last template release before the machinery moved into src/<package>/kit/ (stop 33).
+BEFORE_THE_LIBRARY = "05ee919e6af46b265a687b01cd921360e0dc4270"
+PRECISION = '                "precision": MulticlassPrecision(num_classes, average="macro"),\n'
+
+
+@pytest.mark.slow
+def test_a_project_from_before_the_library_takes_it_by_cruft_update(tmp_path: Path) -> None:
+    """Made before kit/ existed, with a run and an edited model.py: `cruft update` brings the
+    library and keeps the edit, the project's tests pass, and the old run's resume is refused
+    on one line naming where a class its config.yaml names moved."""
+    template = tmp_path / "template"
+    template.mkdir()
+    archive = run(["git", "archive", "-o", str(tmp_path / "v1.tar"), BEFORE_THE_LIBRARY], REPO)
+    assert archive.returncode == 0, f"this test needs the repository's history:\n{archive.stdout}"
+    git("init", "-q", "-b", "main", cwd=template)
+    run(["tar", "-xf", str(tmp_path / "v1.tar")], cwd=template)
+    commit_all(template, "Template release before the library")
+    settings = tmp_path / "cookiecutter.yaml"
+    settings.write_text(f"cookiecutters_dir: {json.dumps(str(tmp_path / 'cache'))}\n")
+    cruft(
+        "create", str(template), "--no-input", "--output-dir", str(tmp_path),
+        "--config-file", str(settings), "--extra-context", json.dumps({"project_name": "Old Lab"}),
+        cwd=tmp_path,
+    )  # fmt: skip
+    project = tmp_path / "old-lab"
+    git("init", "-q", "-b", "main", cwd=project)
+    commit_all(project, "New project")
+    # The user's edit: one more metric in model.py.
+    model = project / "src" / "old_lab" / "model.py"
+    f1 = '                "f1": MulticlassF1Score(num_classes, average="macro"),\n'
+    source = model.read_text()
+    assert f1 in source
+    source = source.replace(f1, f1 + PRECISION)
+    source = source.replace("MulticlassF1Score\n", "MulticlassF1Score, MulticlassPrecision\n")
+    model.write_text(source)
+    commit_all(project, "Precision too")
+    short = ["--max_epochs", "1", "--trainer.limit_train_batches", "2"]
+    short += ["--trainer.limit_val_batches", "1", "--trainer.limit_test_batches", "1"]
+    old_run = run(
+        [sys.executable, "train.py", *short], cwd=project, PYTHONPATH=str(project / "src")
+    )
+    assert old_run.returncode == 0, old_run.stdout[-3000:]
+
+    # The next release: the template as it is now.
+    for path in template.iterdir():
+        if path.name != ".git":
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    shutil.copytree(REPO, template, ignore=NOT_TEMPLATE, dirs_exist_ok=True)
+    commit_all(template, "Template release with the library")
+    cruft("update", "--skip-apply-ask", cwd=project)
+    assert not list(project.rglob("*.rej")), "the update left conflicts"
+    source = model.read_text()
+    assert PRECISION in source and "from .kit." in source
+    assert (project / "src" / "old_lab" / "kit" / "train.py").is_file()
+    assert not (project / "src" / "old_lab" / "callbacks.py").exists()
+    commit_all(project, "Template release with the library")
+    tests = run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=project,
+        PYTHONPATH=str(project / "src"),
+    )
+    assert tests.returncode == 0, tests.stdout[-6000:]
+    resumed = run(
+        [sys.executable, "train.py", "--ckpt_path", "last", *short],
+        cwd=project,
+        PYTHONPATH=str(project / "src"),
+    )
+    moved = re.search(
+        r"old_lab\.(\w+)\.(\w+) moved: it is old_lab\.kit\.\1\.\2 now", resumed.stdout
+    )
+    assert resumed.returncode != 0 and moved, resumed.stdout[-3000:]

@@ -28,13 +28,12 @@ FEATURE_FILES = {
     "deploy": [
         "export.py", "predict.py", "serve.py", "{package}/kit/export.py",
         "{package}/kit/predict.py", "{package}/kit/serve.py", "{package}/kit/inference.py",
-        "tests/test_deploy.py",
     ],
     "sweep": [
         "sweep.py", "{package}/kit/sweep.py", "{package}/kit/search_space.py",
-        "configs/sweep/default.yaml", "tests/test_sweep.py",
+        "configs/sweep/default.yaml",
     ],
-    "cluster": ["scripts/slurm/train.sbatch", "tests/test_cluster.py"],
+    "cluster": ["scripts/slurm/train.sbatch"],
 }  # fmt: skip
 
 # Words only a feature's own files and sections use. With the feature left out, no file of the

@@ -1,4 +1,5 @@
-"""The generated project's own test suite passes, for each dataset."""
+"""The generated project's own tests pass for each dataset, and the library's tests pass
+against the projects they are written for."""
 
 import os
 import re
@@ -10,21 +11,46 @@ from pathlib import Path
 import pytest
 
 from combinations import missing_values
-from helpers import CASES, DATASET_CASES, DEFAULTS, QUESTIONS, Render, render, run
+from helpers import (
+    CASES,
+    DATASET_CASES,
+    DEFAULTS,
+    LIBRARY_TESTS,
+    QUESTIONS,
+    Render,
+    add_library_tests,
+    render,
+    run,
+)
 
-# The renders whose own test suite runs: between them, every value of every question.
+# The renders whose own test suite runs (fast and slow: `pytest -m ""`): between them, every
+# value of every question.
 SUITE_RUNS = {case: {**DEFAULTS, **CASES[case]} for case in DATASET_CASES}
 
-# The digits render (the default dataset and logger) also runs its slow tests: every README
-# command as a user types it, several processes, torch.compile. The image_folder render (whose
-# loaders start worker processes) runs the README's commands too; its other slow tests do not
-# depend on the dataset. The others run their default selection, which covers everything
-# dataset-specific.
-SELECT = {"digits": ["-m", ""], "image_folder": ["-m", "not slow or user_path"]}
+# The library's tests, each group a pytest run of its own in a render of its own: (case, pytest
+# arguments). Against digits (the default dataset and logger) every test runs, slow ones too: every
+# README command as a user types it, several processes, torch.compile. Against image_folder (whose
+# loaders start worker processes from files on disk) the README's commands run too, and the
+# library's fast tests; its other slow tests do not depend on the dataset. Three groups for
+# digits, so that the two at a time below stay busy to the end.
+LIBRARY_FILES = sorted(path.name for path in LIBRARY_TESTS.rglob("test_*.py"))
+USER_PATHS = ["test_user_paths.py"]
+FEATURES = ["test_deploy.py", "test_sweep.py", "test_cluster.py", "test_scale.py"]
+REST = [name for name in LIBRARY_FILES if name not in USER_PATHS + FEATURES]
+LIBRARY_RUNS = {
+    "library-digits-readme": ("digits", ["-m", "", *USER_PATHS]),
+    "library-digits-features": ("digits", ["-m", "", *FEATURES]),
+    "library-digits-rest": ("digits", ["-m", "", *REST]),
+    "library-image_folder": ("image_folder", ["-m", "not slow or user_path", *LIBRARY_FILES]),
+}
+RUNS = {
+    **{name: (case, arguments) for name, (case, arguments) in LIBRARY_RUNS.items()},
+    **{case: (case, ["-m", ""]) for case in SUITE_RUNS},
+}
 
 # Two suites run at a time. Much of a suite is waiting (interpreters starting, launchers,
-# servers, ranks waiting for each other), so two share this machine's cores with little loss
-# and the whole run takes about a third less time. The longest suites start first.
+# servers, ranks waiting for each other), so two share this machine's cores with little loss.
+# The longest (the library's) start first.
 PARALLEL = 2
 
 
@@ -32,7 +58,12 @@ def test_suite_runs_cover_every_answer() -> None:
     assert missing_values(QUESTIONS, SUITE_RUNS.values()) == {}
 
 
-def run_suite(rendered: Render, workdir: Path, case: str) -> tuple[str, str]:
+def test_every_library_test_runs_against_the_default_dataset() -> None:
+    assert sorted(USER_PATHS + FEATURES + REST) == LIBRARY_FILES
+    assert len(LIBRARY_FILES) > 10
+
+
+def run_suite(rendered: Render, workdir: Path, arguments: list[str]) -> tuple[str, str]:
     """Install a render into a folder of its own and run its tests: (install, tests) output."""
     site = workdir / "site"
     # torch and the rest come from this environment, untouched. python_version changes only
@@ -43,13 +74,13 @@ def run_suite(rendered: Render, workdir: Path, case: str) -> tuple[str, str]:
     install = run([*pip, str(rendered.path)], cwd=workdir)
     if install.returncode != 0:
         return install.stdout, ""
+    files = [f"tests/{name}" if name.endswith(".py") else name for name in arguments]
     tests = run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SELECT.get(case, [])],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=5", *files],
         cwd=rendered.path,
-        # The longest suite (digits, every slow test and README command) passed 50 minutes
-        # beside another on a loaded 2-core machine; its multi-process tests end within limits
-        # of their own (a stalled README command within 180 s), so this only bounds the total.
-        timeout=4200,
+        # Its multi-process tests end within limits of their own (a stalled command within
+        # 180 s), so this only bounds the total.
+        timeout=3600,
         # src/ first: the package reads configs/default.yaml beside src/, as in the editable
         # install a user makes; the installed copy shows the project installs.
         PYTHONPATH=os.pathsep.join([str(rendered.path / "src"), str(site)]),
@@ -59,14 +90,20 @@ def run_suite(rendered: Render, workdir: Path, case: str) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def suites(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future]]:
-    """Every case's suite, started in the background; each test waits for its own."""
+    """Every suite, started in the background; each test waits for its own."""
     # Rendered here, one after another: cookiecutter changes the working directory.
     renders = {}
-    for case in sorted(SUITE_RUNS, key=lambda c: c not in SELECT):
-        workdir = tmp_path_factory.mktemp(case)
-        renders[case] = (render(workdir, **CASES[case]), workdir)
+    for name, (case, _) in RUNS.items():
+        workdir = tmp_path_factory.mktemp(name)
+        rendered = render(workdir, **CASES[case])
+        if name in LIBRARY_RUNS:
+            add_library_tests(rendered)
+        renders[name] = (rendered, workdir)
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-        futures = {case: pool.submit(run_suite, r, w, case) for case, (r, w) in renders.items()}
+        futures = {
+            name: pool.submit(run_suite, rendered, workdir, RUNS[name][1])
+            for name, (rendered, workdir) in renders.items()
+        }
         try:
             yield futures
         finally:
@@ -75,10 +112,12 @@ def suites(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Futur
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", SUITE_RUNS)
-def test_generated_suite_passes(suites: dict[str, Future], case: str) -> None:
-    install, tests = suites[case].result()
+@pytest.mark.parametrize("name", RUNS)
+def test_generated_suite_passes(suites: dict[str, Future], name: str) -> None:
+    install, tests = suites[name].result()
     assert tests, f"the render did not install:\n{install}"
+    # The slowest tests and the total, in the log of every run: the time each suite takes.
+    print(f"{name}: {tests[-1500:]}")
     assert tests.endswith("[exit status 0]"), tests
     passed = re.search(r"(\d+) passed", tests)
     assert passed and int(passed.group(1)) > 0, tests

@@ -3,8 +3,23 @@ project it sits in. The project hands over its model class (kit/project.py); a l
 imported model.py or data.py would break on the first fork that renames them."""
 
 import ast
+import sys
+from pathlib import Path
 
-from helpers import REPO, Render
+import pytest
+
+from helpers import (
+    CASES,
+    LEFTOVER,
+    LIBRARY_CASES,
+    LIBRARY_TESTS,
+    REPO,
+    Render,
+    add_library_tests,
+    render,
+    ruff,
+    run,
+)
 
 KIT = REPO / "{{cookiecutter.project_slug}}" / "src" / "{{cookiecutter.package_name}}" / "kit"
 
@@ -50,3 +65,31 @@ def test_the_library_is_copied_as_it_is(rendered: Render) -> None:
             assert copied.read_text() == text, f"kit/{path.name} differs from the template's"
     assert {path.name for path in kit.glob("*.py")} <= {path.name for path in KIT.glob("*.py")}
     assert (kit / "cli.py").is_file() and (kit / "train.py").is_file()
+
+
+def test_no_render_ships_the_library_tests(rendered: Render) -> None:
+    shipped = {path.name for path in (rendered.path / "tests").rglob("*.py")}
+    library = {path.name for path in LIBRARY_TESTS.rglob("test_*.py")}
+    assert len(library) > 10 and not shipped & library, sorted(shipped & library)
+
+
+@pytest.mark.parametrize("case", LIBRARY_CASES)
+def test_the_library_tests_render_and_pass_ruff(tmp_path: Path, case: str) -> None:
+    rendered = render(tmp_path, **CASES[case])
+    added = add_library_tests(rendered)
+    assert "test_train.py" in added and "test_user_paths.py" in added
+    tests = rendered.path / "tests"
+    leftovers = [str(p) for p in tests.rglob("*.py") if LEFTOVER.search(p.read_bytes())]
+    assert not leftovers, leftovers
+    for command in (("check", "tests"), ("format", "--check", "tests")):
+        result = run(ruff(*command), cwd=rendered.path)
+        assert result.returncode == 0, result.stdout
+
+
+def test_ci_renders_a_project_with_the_library_tests(tmp_path: Path) -> None:
+    script = REPO / "tests" / "render_with_library_tests.py"
+    done = run([sys.executable, str(script), str(tmp_path), "project_slug=lean", "deploy=no"], REPO)
+    assert done.returncode == 0, done.stdout
+    tests = {path.name for path in (tmp_path / "lean" / "tests").glob("*.py")}
+    assert {"test_model.py", "test_train.py", "test_user_paths.py", "logged.py"} <= tests
+    assert "test_deploy.py" not in tests

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import Render, files, import_cli, render, ruff, run
+from helpers import LEFTOVER, Render, files, import_cli, render, ruff, run
 
 # Jinja left behind: `{{`, `{%`, `{#` or the word cookiecutter. GitHub Actions
 # expressions `${{ ... }}` are meant to stay.
-LEFTOVER = re.compile(rb"(?<!\$)\{\{|\{%|\{#|cookiecutter")
 
 LICENSE_TITLES = {
     "MIT": "MIT License",

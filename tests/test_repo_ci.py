@@ -51,17 +51,14 @@ def test_project_job_covers_every_python_version_answer(tmp_path: Path) -> None:
     assert {"ruff check .", "ruff format --check ."} <= set(lines)
 
     # The render command as the workflow runs it (from the repository root, here into
-    # tmp_path), and the folder its later steps work in.
-    (render,) = [line for line in lines if line.startswith("cookiecutter ")]
+    # tmp_path: the project with the library's tests), and the folder its later steps work in.
+    (render,) = [line for line in lines if line.startswith("python tests/render_with_library")]
     render = render.replace("${{ matrix.python-version }}", pythons[0])
-    arguments = shlex.split(render)[1:]
-    output = arguments.index("--output-dir") + 1
-    arguments[output] = str(tmp_path / arguments[output])
-    arguments[arguments.index(".")] = str(REPO)
+    script, output, *answers = shlex.split(render)[1:]
     config = tmp_path / "cookiecutter.yaml"
     config.write_text(f"replay_dir: {json.dumps(str(tmp_path / 'replay'))}\n")
     result = run(
-        [sys.executable, "-m", "cookiecutter", *arguments],
+        [sys.executable, str(REPO / script), str(tmp_path / output), *answers],
         cwd=tmp_path,
         COOKIECUTTER_CONFIG=str(config),
     )

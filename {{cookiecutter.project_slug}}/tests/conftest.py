@@ -1,14 +1,16 @@
 """Fixtures shared by the tests: tiny data on disk and short training runs in a temp folder."""
 
+import importlib
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+import yaml
 from lightning.pytorch import Callback
 
-from {{ cookiecutter.package_name }}.data import DataModule
+from {{ cookiecutter.package_name }}.kit.datamodule import ImageDataModule
 from {{ cookiecutter.package_name }}.kit.project import use
 from {{ cookiecutter.package_name }}.kit.train import main
 from {{ cookiecutter.package_name }}.project import project
@@ -87,16 +89,28 @@ def command(train_command: list[str], data_args: list[str]) -> Callable[..., lis
     return build
 
 
+# What `python train.py` trains on by default: configs/default.yaml's data module and its
+# arguments. Make another class the default there and these tests check it (with the test data
+# tests/fake_data.py writes for it).
+DEFAULTS = yaml.safe_load((Path(__file__).parents[1] / "configs" / "default.yaml").read_text())
+
+
 @pytest.fixture
-def make_datamodule(data_args: list[str]) -> Callable[..., DataModule]:
-    """Build a DataModule from the same --data.* arguments the CLI tests use."""
+def make_datamodule(data_args: list[str]) -> Callable[..., ImageDataModule]:
+    """Build the default data module with the same --data.* arguments the CLI tests use;
+    make_datamodule(SomeClass) builds another (the test data's arguments apply to the default)."""
+    module, name = DEFAULTS["data"]["class_path"].rsplit(".", 1)
+    default = getattr(importlib.import_module(module), name)
     given = {
         key.removeprefix("--data."): value
         for key, value in zip(data_args[::2], data_args[1::2], strict=True)
     }
     given = {key: int(value) if value.isdigit() else value for key, value in given.items()}
+    configured = {**(DEFAULTS["data"].get("init_args") or {}), "batch_size": 8, "num_workers": 0}
 
-    def make(**overrides: object) -> DataModule:
-        return DataModule(**{"batch_size": 8, "num_workers": 0, **given, **overrides})
+    def make(cls: type | None = None, **overrides: object) -> ImageDataModule:
+        if cls is None or cls is default:
+            return default(**{**configured, **given, **overrides})
+        return cls(**{"batch_size": 8, "num_workers": 0, **overrides})
 
     return make

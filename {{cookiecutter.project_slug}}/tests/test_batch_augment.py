@@ -24,7 +24,7 @@ DRAWS = 4000
 
 @pytest.fixture
 def datamodule(make_datamodule: Callable[..., DataModule]) -> DataModule:
-    dm = make_datamodule()
+    dm = make_datamodule(DataModule)  # data.py's, the default or not
     dm.prepare_data()
     dm.setup("fit")
     return dm
