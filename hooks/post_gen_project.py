@@ -45,11 +45,7 @@ FEATURE_FILES = {
     "cluster": [Path("scripts") / "slurm"],
 }  # fmt: skip
 
-SHARDS_FILES = [
-    Path("convert.py"), PACKAGE / "shards.py", Path("configs") / "data",
-    Path("tests") / "test_shards.py", Path("tests") / "shard_probe.py",
-    Path("tests") / "s3_server.py",
-]  # fmt: skip
+SHARDS_FILES = [Path("convert.py"), PACKAGE / "shards.py", Path("configs") / "data"]
 
 
 def remove(path: Path) -> None:

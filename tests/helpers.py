@@ -173,6 +173,9 @@ def add_library_tests(rendered: Render) -> list[str]:
         if rendered.answers[feature] != "yes":
             for name in names:
                 (tests / name).unlink()
+    if rendered.answers["dataset"] != "image_folder":  # shards are for image folders
+        for name in ("test_shards.py", "shard_probe.py", "s3_server.py"):
+            (tests / name).unlink()
     added = set(tests.iterdir()) - before
     return sorted(path.name for path in added if path.name.startswith("test_"))
 

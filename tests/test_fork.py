@@ -219,7 +219,11 @@ def test_a_forked_project_passes_its_own_tests(tmp_path: Path) -> None:
     )
     assert tests.returncode == 0, tests.stdout[-8000:]
     # The edits took: the defaults the project's whole runs trained with are the fork's.
-    shown = run([sys.executable, "train.py", "--print_config"], cwd=rendered.path)
+    shown = run(
+        [sys.executable, "train.py", "--print_config"],
+        cwd=rendered.path,
+        PYTHONPATH=str(rendered.path / "src"),
+    )
     assert shown.returncode == 0, shown.stdout
     for line in ("listed.CsvImages", "wide_net.WideNet", "head_penalty: 0.001", "val/precision"):
         assert line in shown.stdout, shown.stdout

@@ -76,10 +76,6 @@ def test_shards_only_for_image_folders(rendered: Render) -> None:
         rendered.path / "convert.py",
         rendered.package / "shards.py",
         rendered.path / "configs" / "data" / "shards.yaml",
-        *(
-            rendered.path / "tests" / f"{name}.py"
-            for name in ("test_shards", "shard_probe", "s3_server")
-        ),
     ):
         assert path.is_file() == folder, path
     requirements = tomllib.loads((rendered.path / "pyproject.toml").read_text())["project"]
