@@ -200,6 +200,10 @@ def test_a_project_from_before_the_library_takes_it_by_cruft_update(tmp_path: Pa
     commit_all(template, "Template release with the library")
     cruft("update", "--skip-apply-ask", cwd=project)
     assert not list(project.rglob("*.rej")), "the update left conflicts"
+    # A three-way merge leaves markers instead.
+    shipped = [path for path in project.rglob("*") if path.is_file() and ".git" not in path.parts]
+    marked = [str(path) for path in shipped if b"\n<<<<<<< " in path.read_bytes()]
+    assert not marked, f"the update left conflict markers in {marked}"
     source = model.read_text()
     assert PRECISION in source and "from .kit." in source
     assert (project / "src" / "old_lab" / "kit" / "train.py").is_file()

@@ -31,12 +31,13 @@ SUITE_RUNS = {case: {**DEFAULTS, **CASES[case]} for case in DATASET_CASES}
 # arguments). Against digits (the default dataset and logger) every test runs, slow ones too: every
 # README command as a user types it, several processes, torch.compile. Against image_folder (whose
 # loaders start worker processes from files on disk) the README's commands run too, and the
-# library's fast tests; its other slow tests do not depend on the dataset. Three groups for
-# digits, so that the two at a time below stay busy to the end.
+# library's fast tests and the shards' (image folders only); its other slow tests do not depend
+# on the dataset. Three groups for digits, so that the two at a time below stay busy to the end.
 LIBRARY_FILES = sorted(path.name for path in LIBRARY_TESTS.rglob("test_*.py"))
 USER_PATHS = ["test_user_paths.py"]
 FEATURES = ["test_deploy.py", "test_sweep.py", "test_cluster.py", "test_scale.py"]
-REST = [name for name in LIBRARY_FILES if name not in USER_PATHS + FEATURES]
+SHARDS = ["test_shards.py"]  # image folders only: in the image_folder run
+REST = [name for name in LIBRARY_FILES if name not in USER_PATHS + FEATURES + SHARDS]
 LIBRARY_RUNS = {
     "library-digits-readme": ("digits", ["-m", "", *USER_PATHS]),
     "library-digits-features": ("digits", ["-m", "", *FEATURES]),
@@ -58,8 +59,12 @@ def test_suite_runs_cover_every_answer() -> None:
     assert missing_values(QUESTIONS, SUITE_RUNS.values()) == {}
 
 
-def test_every_library_test_runs_against_the_default_dataset() -> None:
-    assert sorted(USER_PATHS + FEATURES + REST) == LIBRARY_FILES
+def test_every_library_test_runs(tmp_path: Path) -> None:
+    """Against digits, each file a render of it gets; the shards' against image_folder."""
+    digits = add_library_tests(render(tmp_path / "digits", **CASES["digits"]))
+    assert sorted(USER_PATHS + FEATURES + REST) == digits
+    image_folder = add_library_tests(render(tmp_path / "folder", **CASES["image_folder"]))
+    assert sorted(image_folder) == LIBRARY_FILES
     assert len(LIBRARY_FILES) > 10
 
 

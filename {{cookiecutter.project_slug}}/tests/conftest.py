@@ -21,8 +21,8 @@ use(project)  # as the entry scripts do: the library's functions called here bui
 pytest_plugins = ["fake_data"]
 
 # Test-only flags, for speed: small, quiet, single-process runs; each test adds what it
-# checks. They are never the only coverage of a default: tests/test_user_paths.py runs the
-# README's commands with the default bar, workers, callbacks and loggers.
+# checks. They are never the only coverage of a default: tests/test_runs.py runs
+# `python train.py` with the default bar, workers, callbacks and loggers.
 FAST = [
     "--accelerator", "cpu",
     "--devices", "1",

@@ -25,6 +25,9 @@ pytestmark = pytest.mark.slow
 # The longest silence of a healthy run is its start (two interpreters importing torch at once);
 # 180 s leaves room for a machine many times slower than a laptop.
 STALL = 180
+# A run that keeps printing but never ends (a loop that retries and logs) fails too: 60 times
+# what the default run takes on 2 cores.
+CEILING = 20 * 60
 
 
 def run(command: list[str], cwd: Path, terminal: bool) -> str:
@@ -44,43 +47,52 @@ def run(command: list[str], cwd: Path, terminal: bool) -> str:
         start_new_session=True,  # its own process group: the ranks and loader workers too
     )
     os.close(writer)
-    output, quiet_since = b"", time.monotonic()
+    output, started = b"", time.monotonic()
+    quiet_since = started
     stacks_until = None  # once the run stalled: its stacks are read until then
-    while True:
-        grown = False
-        if terminal:
-            if select.select([reader], [], [], 1)[0]:
-                try:
-                    chunk = os.read(reader, 65536)
-                except OSError:  # every process holding the terminal has closed it
-                    chunk = b""
-                if not chunk:
+    try:
+        while True:
+            ended = process.poll() is not None  # before reading: nothing written is missed
+            before = len(output)
+            if terminal:
+                if select.select([reader], [], [], 1)[0]:
+                    try:
+                        chunk = os.read(reader, 65536)
+                    except OSError:  # every process holding the terminal has closed it
+                        chunk = b""
+                    if not chunk:
+                        break
+                    output += chunk
+            else:
+                time.sleep(1)
+                output = log.read_bytes()
+            now, grown = time.monotonic(), len(output) > before
+            if grown:
+                quiet_since = now
+            if stacks_until is not None:
+                if now > stacks_until:
                     break
-                output, grown = output + chunk, True
-        else:
-            time.sleep(1)
-            grown = log.stat().st_size > len(output)
-            output = log.read_bytes()
-        now, ended = time.monotonic(), process.poll() is not None
-        if grown:
-            quiet_since = now
-        if stacks_until is not None:
-            if now > stacks_until:
-                break
-        elif ended and not grown and (not terminal or now - quiet_since > 5):
-            break  # (a process left behind may keep the terminal open)
-        elif now - quiet_since > STALL:
-            os.killpg(process.pid, signal.SIGABRT)  # every Python process prints its stacks
-            stacks_until = now + 10
-    stalled = stacks_until is not None
-    if stalled:
+            elif ended and not grown and (not terminal or now - quiet_since > 5):
+                break  # (a process left behind may keep the terminal open)
+            elif now - quiet_since > STALL or now - started > CEILING:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGABRT)  # each Python process prints stacks
+                stacks_until = now + 10
+    finally:
+        if stacks_until is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=60)  # its output ended: it is ending
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-    if terminal:
-        os.close(reader)
+            os.killpg(process.pid, signal.SIGKILL)  # and whatever it left behind
+        process.wait()
+        if terminal:
+            os.close(reader)
+    stalled = stacks_until is not None
     text = output.decode(errors="replace")
-    assert not stalled, f"{command} wrote nothing for {STALL} s; its stacks:\n{text[-20000:]}"
-    assert process.wait() == 0, f"{command} exited with {process.returncode}:\n{text[-6000:]}"
+    assert not stalled, (
+        f"{command} wrote nothing for {STALL} s (or ran {CEILING} s); its stacks:\n{text[-20000:]}"
+    )
+    assert process.returncode == 0, f"{command} exited with {process.returncode}:\n{text[-6000:]}"
     return text
 
 
@@ -112,12 +124,13 @@ def test_a_stalled_run_fails_with_the_stacks_of_its_processes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys.modules[__name__], "STALL", 2)
-    # The child writes to a file of its own: two processes aborting at once on one terminal
-    # interleave their lines.
-    child = "import time; time.sleep(600)"
+    # The child writes to a file of its own (two processes aborting at once on one terminal
+    # interleave their lines), and says when it is ready: faulthandler is on by then.
+    child = "print('ready', flush=True); import time; time.sleep(600)"
     waits = "import subprocess, sys, time\n"
-    waits += f"subprocess.Popen([sys.executable, '-c', {child!r}], stderr=open('child.txt', 'w'))\n"
-    waits += "print('started', flush=True)\ntime.sleep(600)\n"
+    waits += f"child = subprocess.Popen([sys.executable, '-c', {child!r}], stdout=subprocess.PIPE,"
+    waits += " stderr=open('child.txt', 'w'))\n"
+    waits += "child.stdout.readline()\nprint('started', flush=True)\ntime.sleep(600)\n"
     with pytest.raises(AssertionError, match="wrote nothing for 2 s") as failed:
         run([sys.executable, "-c", waits], tmp_path, terminal=True)
     assert "Fatal Python error: Aborted" in str(failed.value)

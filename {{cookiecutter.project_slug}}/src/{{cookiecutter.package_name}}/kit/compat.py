@@ -1,4 +1,4 @@
-"""The one place that touches private parts of libraries; tests/test_compat.py checks them."""
+"""The one place that touches private parts of libraries; the library's tests check them."""
 
 import csv
 from datetime import timedelta
