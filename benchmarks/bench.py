@@ -74,6 +74,13 @@ def render(dataset: str, output: Path) -> Path:
     shutil.rmtree(project, ignore_errors=True)
     context = {"dataset": dataset, "project_name": name, "package_name": "proj"}
     cookiecutter(str(REPO), no_input=True, output_dir=str(output), extra_context=context)
+    if dataset == "image_folder":
+        # The S3-compatible server the paths question reads shards through: a helper of the
+        # library's tests (plain Python), which projects do not ship.
+        shutil.copy(
+            REPO / "library_tests" / "{{cookiecutter.project_slug}}" / "tests" / "s3_server.py",
+            project / "tests",
+        )
     return project
 
 

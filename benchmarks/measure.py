@@ -426,7 +426,8 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
 def paths(options: argparse.Namespace) -> dict[str, Any]:
     """The image folder's three data paths over one folder: the files themselves, the shards
     convert.py makes of them on local disk, and those shards through an S3-compatible server
-    on loopback (tests/s3_server.py, its own process). Per path and round: the time from
+    on loopback (the library tests' s3_server.py, which bench.py copies into
+    the render's tests/; its own process). Per path and round: the time from
     building the data module to its first training batch (default workers, a cold S3 cache),
     then training samples per second out of the loader. Before them: the folder module's
     start-up, first (every image decoded) and later (the check remembered), and the
