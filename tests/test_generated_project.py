@@ -4,6 +4,7 @@ against the projects they are written for."""
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -29,29 +30,33 @@ SUITE_RUNS = {case: {**DEFAULTS, **CASES[case]} for case in DATASET_CASES}
 
 # The library's tests, each group a pytest run of its own in a render of its own: (case, pytest
 # arguments). Against digits (the default dataset and logger) every test runs, slow ones too: every
-# README command as a user types it, several processes, torch.compile. Against image_folder (whose
-# loaders start worker processes from files on disk) the README's commands run too, and the
-# library's fast tests and the shards' (image folders only); its other slow tests do not depend
-# on the dataset. Three groups for digits, so that the two at a time below stay busy to the end.
+# README command as a user types it (on a terminal and into a file, one run each), several
+# processes, torch.compile. Against image_folder, only what depends on the dataset: the README's
+# commands, its loaders (worker processes reading files on disk) and the shards (image folders
+# only); the library's other tests do not read the dataset's files.
 LIBRARY_FILES = sorted(path.name for path in LIBRARY_TESTS.rglob("test_*.py"))
 USER_PATHS = ["test_user_paths.py"]
 FEATURES = ["test_deploy.py", "test_sweep.py", "test_cluster.py", "test_scale.py"]
-SHARDS = ["test_shards.py"]  # image folders only: in the image_folder run
+SHARDS = ["test_shards.py"]  # image folders only: in an image_folder run
+FOLDER_DATA = ["test_loaders.py", *SHARDS]
 REST = [name for name in LIBRARY_FILES if name not in USER_PATHS + FEATURES + SHARDS]
 LIBRARY_RUNS = {
-    "library-digits-readme": ("digits", ["-m", "", *USER_PATHS]),
-    "library-digits-features": ("digits", ["-m", "", *FEATURES]),
+    "library-image_folder-readme": ("image_folder", ["-m", "", *USER_PATHS]),
+    "library-digits-readme-terminal": ("digits", ["-m", "", "-k", "terminal", *USER_PATHS]),
+    "library-digits-readme-file": ("digits", ["-m", "", "-k", "not terminal", *USER_PATHS]),
     "library-digits-rest": ("digits", ["-m", "", *REST]),
-    "library-image_folder": ("image_folder", ["-m", "not slow or user_path", *LIBRARY_FILES]),
+    "library-digits-features": ("digits", ["-m", "", *FEATURES]),
+    "library-image_folder-data": ("image_folder", ["-m", "", *FOLDER_DATA]),
 }
 RUNS = {
     **{name: (case, arguments) for name, (case, arguments) in LIBRARY_RUNS.items()},
     **{case: (case, ["-m", ""]) for case in SUITE_RUNS},
 }
 
-# Two suites run at a time. Much of a suite is waiting (interpreters starting, launchers,
-# servers, ranks waiting for each other), so two share this machine's cores with little loss.
-# The longest (the library's) start first.
+# Two suites run at a time, beside the template's other tests (conftest.py starts them once the
+# tests are collected). Much of a suite is waiting (interpreters starting, launchers, servers,
+# ranks waiting for each other), so they share this machine's cores with little loss. The
+# longest start first.
 PARALLEL = 2
 
 
@@ -60,11 +65,16 @@ def test_suite_runs_cover_every_answer() -> None:
 
 
 def test_every_library_test_runs(tmp_path: Path) -> None:
-    """Against digits, each file a render of it gets; the shards' against image_folder."""
+    """Each file a render gets runs in a group against that render's dataset: digits all of its
+    files, image_folder those that read the dataset's files (the shards' only there)."""
     digits = add_library_tests(render(tmp_path / "digits", **CASES["digits"]))
     assert sorted(USER_PATHS + FEATURES + REST) == digits
     image_folder = add_library_tests(render(tmp_path / "folder", **CASES["image_folder"]))
     assert sorted(image_folder) == LIBRARY_FILES
+    assert set(USER_PATHS + FOLDER_DATA) <= set(image_folder)
+    for name, (case, arguments) in LIBRARY_RUNS.items():
+        files = {argument for argument in arguments if argument.endswith(".py")}
+        assert files <= set(digits if case == "digits" else image_folder), name
     assert len(LIBRARY_FILES) > 10
 
 
@@ -93,27 +103,39 @@ def run_suite(rendered: Render, workdir: Path, arguments: list[str]) -> tuple[st
     return install.stdout, tests.stdout + f"\n[exit status {tests.returncode}]"
 
 
+STARTED: dict[str, Future] = {}
+
+
+def start_suites() -> dict[str, Future]:
+    """Render a project for every suite and start the suites in the background, longest first;
+    once only. conftest.py calls it as soon as the tests are collected."""
+    if not STARTED:
+        base = Path(tempfile.mkdtemp(prefix="generated-suites-"))
+        # Rendered here, one after another: cookiecutter changes the working directory.
+        renders = {}
+        for name, (case, _) in RUNS.items():
+            workdir = base / name
+            rendered = render(workdir, **CASES[case])
+            if name in LIBRARY_RUNS:
+                add_library_tests(rendered)
+            renders[name] = (rendered, workdir)
+        pool = ThreadPoolExecutor(max_workers=PARALLEL)
+        for name, (rendered, workdir) in renders.items():
+            STARTED[name] = pool.submit(run_suite, rendered, workdir, RUNS[name][1])
+        pool.shutdown(wait=False)
+    return STARTED
+
+
 @pytest.fixture(scope="module")
-def suites(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future]]:
-    """Every suite, started in the background; each test waits for its own."""
-    # Rendered here, one after another: cookiecutter changes the working directory.
-    renders = {}
-    for name, (case, _) in RUNS.items():
-        workdir = tmp_path_factory.mktemp(name)
-        rendered = render(workdir, **CASES[case])
-        if name in LIBRARY_RUNS:
-            add_library_tests(rendered)
-        renders[name] = (rendered, workdir)
-    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-        futures = {
-            name: pool.submit(run_suite, rendered, workdir, RUNS[name][1])
-            for name, (rendered, workdir) in renders.items()
-        }
-        try:
-            yield futures
-        finally:
-            for future in futures.values():
-                future.cancel()
+def suites() -> Iterator[dict[str, Future]]:
+    """Every suite, started in the background (already, when conftest.py did); each test waits
+    for its own."""
+    futures = start_suites()
+    try:
+        yield futures
+    finally:
+        for future in futures.values():
+            future.cancel()
 
 
 @pytest.mark.slow
