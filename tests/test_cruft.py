@@ -59,6 +59,22 @@ def commit_all(repo: Path, message: str) -> None:
     git("commit", "-q", "--no-verify", "-m", message, cwd=repo)
 
 
+def create(template: Path, answers: dict[str, str]) -> Path:
+    """`cruft create` from the template repository (beside it, with a cookiecutter cache of its
+    own), the project made a git repository with one commit; its path."""
+    settings = template.parent / "cookiecutter.yaml"
+    settings.write_text(f"cookiecutters_dir: {json.dumps(str(template.parent / 'cache'))}\n")
+    cruft(
+        "create", str(template), "--no-input", "--output-dir", str(template.parent),
+        "--config-file", str(settings), "--extra-context", json.dumps(answers),
+        cwd=template.parent,
+    )  # fmt: skip
+    (project,) = [path for path in template.parent.iterdir() if (path / ".cruft.json").is_file()]
+    git("init", "-q", "-b", "main", cwd=project)
+    commit_all(project, "New project")
+    return project
+
+
 @pytest.mark.parametrize("hook", sorted((REPO / "hooks").glob("*.py")), ids=lambda p: p.name)
 def test_hooks_are_safe_under_cruft(hook: Path) -> None:
     """cruft runs the hooks again on every update: no git, network or prompts in them."""
@@ -87,18 +103,8 @@ def test_cruft_update_keeps_user_edits(tmp_path: Path, features: str) -> None:
     git("init", "-q", "-b", "main", cwd=template)
     commit_all(template, "Template release 1")
 
-    settings = tmp_path / "cookiecutter.yaml"
-    settings.write_text(f"cookiecutters_dir: {json.dumps(str(tmp_path / 'cache'))}\n")
     answers = {"project_name": "Leaf Lab", "dataset": "digits"}
-    answers |= dict.fromkeys(FEATURE_CHANGES, features)
-    cruft(
-        "create", str(template), "--no-input", "--output-dir", str(tmp_path),
-        "--config-file", str(settings), "--extra-context", json.dumps(answers),
-        cwd=tmp_path,
-    )  # fmt: skip
-    project = tmp_path / "leaf-lab"
-    git("init", "-q", "-b", "main", cwd=project)
-    commit_all(project, "New project")
+    project = create(template, answers | dict.fromkeys(FEATURE_CHANGES, features))
 
     # The user's own edits: a wider first block and a config of their own.
     backbones = project / "src" / "leaf_lab" / "backbones.py"
@@ -166,16 +172,7 @@ def test_a_project_from_before_the_library_takes_it_by_cruft_update(tmp_path: Pa
     git("init", "-q", "-b", "main", cwd=template)
     run(["tar", "-xf", str(tmp_path / "v1.tar")], cwd=template)
     commit_all(template, "Template release before the library")
-    settings = tmp_path / "cookiecutter.yaml"
-    settings.write_text(f"cookiecutters_dir: {json.dumps(str(tmp_path / 'cache'))}\n")
-    cruft(
-        "create", str(template), "--no-input", "--output-dir", str(tmp_path),
-        "--config-file", str(settings), "--extra-context", json.dumps({"project_name": "Old Lab"}),
-        cwd=tmp_path,
-    )  # fmt: skip
-    project = tmp_path / "old-lab"
-    git("init", "-q", "-b", "main", cwd=project)
-    commit_all(project, "New project")
+    project = create(template, {"project_name": "Old Lab"})
     # The user's edit: one more metric in model.py.
     model = project / "src" / "old_lab" / "model.py"
     f1 = '                "f1": MulticlassF1Score(num_classes, average="macro"),\n'

@@ -114,3 +114,9 @@ def make_datamodule(data_args: list[str]) -> Callable[..., ImageDataModule]:
         return cls(**{"batch_size": 8, "num_workers": 0, **overrides})
 
     return make
+
+
+@pytest.fixture
+def monitored() -> str:
+    """The metric configs/default.yaml monitors: it picks the best checkpoint, stops early."""
+    return DEFAULTS["monitor"]

@@ -1,8 +1,9 @@
-"""The network and the LightningModule, without the command line."""
+"""The network and the LightningModule, without the command line: the model
+configs/default.yaml describes (its network, loss, optimizer), for the test data."""
 
 import logging
+import re
 from collections.abc import Callable
-from functools import partial
 from itertools import pairwise
 from pathlib import Path
 
@@ -13,11 +14,24 @@ from torch import nn
 
 from {{ cookiecutter.package_name }}.backbones import ConvNet, TimmBackbone, TorchvisionBackbone
 from {{ cookiecutter.package_name }}.data import DataModule
+from {{ cookiecutter.package_name }}.kit.cli import build_model
+from {{ cookiecutter.package_name }}.kit.layers import last_linear
 from {{ cookiecutter.package_name }}.model import ImageClassifier, warmup_cosine
 
+PENALTY = "--model.backbone.init_args.head_penalty"
 
-def model_for(dm: DataModule, **kwargs) -> ImageClassifier:
-    return ImageClassifier(dm.num_classes, dm.input_shape, **kwargs)
+
+@pytest.fixture
+def configured(
+    data_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., ImageClassifier]:
+    """configured(*flags): the model `python train.py *flags` would train on the test data."""
+    monkeypatch.chdir(tmp_path)
+
+    def build(*flags: str) -> ImageClassifier:
+        return build_model(["--accelerator", "cpu", "--devices", "1", *data_args, *flags])
+
+    return build
 
 
 @pytest.fixture
@@ -25,8 +39,10 @@ def datamodule(make_datamodule: Callable[..., DataModule]) -> DataModule:
     return make_datamodule(batch_size=16)
 
 
-def test_model_returns_logits_and_predict_returns_probabilities(datamodule: DataModule) -> None:
-    model = model_for(datamodule).eval()
+def test_model_returns_logits_and_predict_returns_probabilities(
+    configured: Callable[..., ImageClassifier], datamodule: DataModule
+) -> None:
+    model = configured().eval()
     x = torch.randn(5, *datamodule.input_shape)
     logits = model(x)
     assert logits.shape == (5, datamodule.num_classes)
@@ -66,32 +82,35 @@ def test_unknown_torchvision_backbone_is_refused_with_the_choices() -> None:
         TorchvisionBackbone(3, 10, name="resnet19")
 
 
-def test_the_default_network_is_a_plain_module_for_any_depth() -> None:
+def test_conv_net_is_a_plain_module_for_any_depth() -> None:
     for stages in (1, 2, 3):
         net = ConvNet(3, 4, width=8, stages=stages)
         assert isinstance(net, nn.Module) and net(torch.randn(2, 3, 8, 8)).shape == (2, 4)
 
 
-def test_channels_last_changes_the_layout_not_the_results(datamodule: DataModule) -> None:
-    torch.manual_seed(0)
-    fast = model_for(datamodule).eval()  # channels_last by default
-    plain = model_for(datamodule, channels_last=False).eval()
+def test_channels_last_changes_the_layout_not_the_results(
+    configured: Callable[..., ImageClassifier], datamodule: DataModule
+) -> None:
+    fast = configured("--model.channels_last", "true").eval()
+    plain = configured("--model.channels_last", "false").eval()
     plain.load_state_dict(fast.state_dict())
     fast_convs = [m for m in fast.backbone.modules() if isinstance(m, nn.Conv2d)]
     plain_convs = [m for m in plain.backbone.modules() if isinstance(m, nn.Conv2d)]
     nhwc = torch.channels_last
-    assert all(conv.weight.is_contiguous(memory_format=nhwc) for conv in fast_convs)
-    assert not all(conv.weight.is_contiguous() for conv in fast_convs)
-    assert all(conv.weight.is_contiguous() for conv in plain_convs)
     x = torch.randn(4, *datamodule.input_shape)
-    # Stem, pool, then the first block whose weights have more than one input channel.
-    feature_maps = fast.backbone.features[:3](x)
-    assert feature_maps.is_contiguous(memory_format=nhwc) and not feature_maps.is_contiguous()
+    if fast_convs:  # a network without 4-D weights has nothing to lay out
+        assert all(conv.weight.is_contiguous(memory_format=nhwc) for conv in fast_convs)
+        assert not all(conv.weight.is_contiguous() for conv in fast_convs)
+        assert all(conv.weight.is_contiguous() for conv in plain_convs)
+        # The last convolution's feature maps (its weights have several input channels).
+        maps: list[torch.Tensor] = []
+        fast_convs[-1].register_forward_hook(lambda module, given, output: maps.append(output))
+        fast(x)
+        assert maps[0].is_contiguous(memory_format=nhwc) and not maps[0].is_contiguous()
     torch.testing.assert_close(fast(x), plain(x))
     # Weights load across the two layouts and keep the layout of the model they load into.
     fast.load_state_dict(plain.state_dict())
     assert all(conv.weight.is_contiguous(memory_format=nhwc) for conv in fast_convs)
-    assert not all(conv.weight.is_contiguous() for conv in fast_convs)
 
 
 def test_channels_last_leaves_lazy_parameters_to_their_first_forward() -> None:
@@ -122,41 +141,51 @@ def test_warmup_then_cosine_decay() -> None:
 
 # training_step called outside a Trainer: its self.log calls warn and do nothing.
 @pytest.mark.filterwarnings("ignore:You are trying to .self.log")
-def test_a_penalty_that_a_module_carries_joins_the_gradient(datamodule: DataModule) -> None:
-    torch.manual_seed(0)
-    penalised = model_for(datamodule, backbone=partial(ConvNet, dropout=0.0, head_penalty=0.5))
-    plain = model_for(datamodule, backbone=partial(ConvNet, dropout=0.0))
+def test_a_penalty_that_a_module_carries_joins_the_gradient(
+    configured: Callable[..., ImageClassifier], datamodule: DataModule
+) -> None:
+    penalised, plain = configured(PENALTY, "0.5"), configured(PENALTY, "0")
     plain.load_state_dict(penalised.state_dict())
     x = torch.randn(8, *datamodule.input_shape)
     y = torch.randint(datamodule.num_classes, (8,))
     for model in (penalised, plain):
+        torch.manual_seed(0)  # the same dropout in both
         model.training_step((x, y), 0).backward()
-    head = "backbone.head.1.weight"
-    weight, grad = penalised.get_parameter(head), penalised.get_parameter(head).grad
-    # d/dw of 0.5 * sum(w ** 2) is w: the penalty's share of the gradient, nothing else.
-    assert torch.allclose(grad - plain.get_parameter(head).grad, weight, atol=1e-6)
-    conv = "backbone.features.0.0.weight"
-    assert torch.allclose(penalised.get_parameter(conv).grad, plain.get_parameter(conv).grad)
+    classifier = f"backbone.{last_linear(penalised.backbone)}"
+    for name, parameter in penalised.named_parameters():
+        difference = parameter.grad - plain.get_parameter(name).grad
+        if name == f"{classifier}.weight":
+            # d/dw of 0.5 * sum(w ** 2) is w: the penalty's share of the gradient, nothing else.
+            torch.testing.assert_close(difference, parameter.detach(), atol=1e-6, rtol=0)
+        else:
+            torch.testing.assert_close(difference, torch.zeros_like(difference), msg=name)
     assert set(plain.regularization()) == set()  # a penalty of 0 adds no term
 
 
-def test_a_penalty_that_a_module_carries_is_logged(datamodule: DataModule) -> None:
-    model = model_for(datamodule, backbone=partial(ConvNet, head_penalty=0.5))
+def test_a_penalty_that_a_module_carries_is_logged_by_a_readable_name(
+    configured: Callable[..., ImageClassifier], datamodule: DataModule
+) -> None:
+    model = configured(PENALTY, "0.5")
+    (name,) = model.regularization()
+    assert not re.search(r"(^|\.)\d+(\.|$)", name), f"{name}: a position, not a name"
     trainer = quiet_trainer(max_epochs=1, limit_train_batches=2)
     trainer.fit(model, datamodule=datamodule)
     logged = trainer.callback_metrics
-    assert float(logged["train/regularization/head.l2_linear_step"]) > 0
+    assert float(logged[f"train/regularization/{name}_step"]) > 0
     assert float(logged["train/regularization_epoch"]) == pytest.approx(
-        float(logged["train/regularization/head.l2_linear_epoch"])
+        float(logged[f"train/regularization/{name}_epoch"])
     )
 
 
 def test_a_schedule_too_short_for_its_warmup_says_so_once(
-    datamodule: DataModule, caplog: pytest.LogCaptureFixture
+    configured: Callable[..., ImageClassifier],
+    datamodule: DataModule,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     trainer = quiet_trainer(max_epochs=1, limit_train_batches=2)
+    warmup = configured("--model.scheduler", "null", "--model.warmup_fraction", "0.05")
     with caplog.at_level(logging.INFO, logger="lightning.pytorch"):
-        trainer.fit(model_for(datamodule), datamodule=datamodule)
+        trainer.fit(warmup, datamodule=datamodule)
     notes = [record.message for record in caplog.records if "optimizer steps" in record.message]
     assert notes == [
         "the learning rate warms up for 1 and decays to zero over only 2 optimizer steps (fewer "
@@ -166,19 +195,45 @@ def test_a_schedule_too_short_for_its_warmup_says_so_once(
     caplog.clear()
     trainer = quiet_trainer(max_epochs=1, limit_train_batches=2)
     with caplog.at_level(logging.INFO, logger="lightning.pytorch"):
-        constant = model_for(datamodule, scheduler=torch.optim.lr_scheduler.ConstantLR)
+        constant = configured("--model.scheduler", "torch.optim.lr_scheduler.ConstantLR")
         trainer.fit(constant, datamodule=datamodule)
     assert not [record for record in caplog.records if "optimizer steps" in record.message]
 
 
-def test_overfitting_one_batch_drives_the_loss_near_zero(datamodule: DataModule) -> None:
-    torch.manual_seed(0)
-    model = model_for(
-        datamodule,
-        optimizer=partial(torch.optim.AdamW, lr=3e-3),
-        scheduler=partial(torch.optim.lr_scheduler.ConstantLR, factor=1.0),
-        loss=torch.nn.CrossEntropyLoss,  # no smoothing: it keeps a perfect fit's loss near 0.5
+def test_validation_logs_the_monitored_metric_and_the_metrics_are_right(
+    configured: Callable[..., ImageClassifier], datamodule: DataModule, monitored: str
+) -> None:
+    model = configured().eval()
+    trainer = Trainer(
+        accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
     )
+    (logged,) = trainer.validate(model, datamodule=datamodule, verbose=False)
+    assert monitored in logged, f"{monitored} is monitored but not logged: {sorted(logged)}"
+    # By hand, over the same images: the share classified correctly, and F1 per class (the
+    # classes that occur among labels or predictions), averaged.
+    with torch.no_grad():
+        batches = [datamodule.on_after_batch_transfer(b, 0) for b in datamodule.val_dataloader()]
+        pairs = [(model(x).argmax(-1), y) for x, y in batches]
+    predicted, labels = (torch.cat(column) for column in zip(*pairs, strict=True))
+    assert logged["val/acc"] == pytest.approx(float((predicted == labels).float().mean()))
+    scores = []
+    for label in set(labels.tolist()) | set(predicted.tolist()):
+        hits = int(((predicted == label) & (labels == label)).sum())
+        misses = int((predicted == label).sum()) + int((labels == label).sum()) - 2 * hits
+        scores.append(2 * hits / (2 * hits + misses))
+    assert logged["val/f1"] == pytest.approx(sum(scores) / len(scores), abs=1e-5)
+
+
+def test_overfitting_one_batch_drives_the_loss_near_zero(
+    configured: Callable[..., ImageClassifier], datamodule: DataModule
+) -> None:
+    model = configured(
+        "--model.optimizer.init_args.lr", "3e-3",
+        "--model.scheduler", "torch.optim.lr_scheduler.ConstantLR",
+        "--model.scheduler.init_args.factor", "1.0",
+        # No smoothing: it keeps a perfect fit's loss near 0.5.
+        "--model.loss.init_args.label_smoothing", "0",
+    )  # fmt: skip
     trainer = quiet_trainer(overfit_batches=1, max_epochs=100)
     trainer.fit(model, datamodule=datamodule)
     assert trainer.callback_metrics["train/loss_epoch"] < 0.05
