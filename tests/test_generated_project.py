@@ -31,14 +31,17 @@ SUITE_RUNS = {case: {**DEFAULTS, **CASES[case]} for case in DATASET_CASES}
 # The library's tests, each group a pytest run of its own in a render of its own: (case, pytest
 # arguments). Against digits (the default dataset and logger) every test runs, slow ones too: every
 # README command as a user types it (on a terminal and into a file, one run each), several
-# processes, torch.compile. Against image_folder, only what depends on the dataset: the README's
-# commands, its loaders (worker processes reading files on disk) and the shards (image folders
-# only); the library's other tests do not read the dataset's files.
+# processes, torch.compile. Against the other renders, only what depends on their answers:
+# image_folder's README commands, loaders (worker processes reading files on disk) and shards
+# (image folders only); the fast tests that read a run's logged metrics and files, against each
+# other logger (CSV: image_folder; MLflow beside CSV: mnist; Weights & Biases beside CSV, and every
+# feature left out: fashion_mnist); torchvision's datasets' loaders (mnist).
 LIBRARY_FILES = sorted(path.name for path in LIBRARY_TESTS.rglob("test_*.py"))
 USER_PATHS = ["test_user_paths.py"]
 FEATURES = ["test_deploy.py", "test_sweep.py", "test_cluster.py", "test_scale.py"]
 SHARDS = ["test_shards.py"]  # image folders only: in an image_folder run
-FOLDER_DATA = ["test_loaders.py", *SHARDS]
+LOGGED = ["test_compat.py", "test_train.py", "test_repeat.py"]
+FOLDER_DATA = ["test_loaders.py", *SHARDS, *LOGGED]
 REST = [name for name in LIBRARY_FILES if name not in USER_PATHS + FEATURES + SHARDS]
 LIBRARY_RUNS = {
     "library-image_folder-readme": ("image_folder", ["-m", "", *USER_PATHS]),
@@ -46,7 +49,9 @@ LIBRARY_RUNS = {
     "library-digits-readme-file": ("digits", ["-m", "", "-k", "not terminal", *USER_PATHS]),
     "library-digits-rest": ("digits", ["-m", "", *REST]),
     "library-digits-features": ("digits", ["-m", "", *FEATURES]),
-    "library-image_folder-data": ("image_folder", ["-m", "", *FOLDER_DATA]),
+    "library-image_folder-data": ("image_folder", ["-m", "not slow", *FOLDER_DATA]),
+    "library-mnist": ("mnist", ["-m", "not slow", "test_loaders.py", *LOGGED]),
+    "library-fashion_mnist": ("fashion_mnist", ["-m", "not slow", *LOGGED]),
 }
 RUNS = {
     **{name: (case, arguments) for name, (case, arguments) in LIBRARY_RUNS.items()},
@@ -65,16 +70,15 @@ def test_suite_runs_cover_every_answer() -> None:
 
 
 def test_every_library_test_runs(tmp_path: Path) -> None:
-    """Each file a render gets runs in a group against that render's dataset: digits all of its
-    files, image_folder those that read the dataset's files (the shards' only there)."""
-    digits = add_library_tests(render(tmp_path / "digits", **CASES["digits"]))
-    assert sorted(USER_PATHS + FEATURES + REST) == digits
-    image_folder = add_library_tests(render(tmp_path / "folder", **CASES["image_folder"]))
-    assert sorted(image_folder) == LIBRARY_FILES
-    assert set(USER_PATHS + FOLDER_DATA) <= set(image_folder)
+    """Against digits, every file a render of it gets (all but the shards'); the shards' against
+    image_folder; each group's files are in the render it runs against."""
+    cases = {case for case, _ in LIBRARY_RUNS.values()}
+    files = {case: add_library_tests(render(tmp_path / case, **CASES[case])) for case in cases}
+    assert sorted(USER_PATHS + FEATURES + REST) == files["digits"]
+    assert sorted(files["image_folder"]) == LIBRARY_FILES
     for name, (case, arguments) in LIBRARY_RUNS.items():
-        files = {argument for argument in arguments if argument.endswith(".py")}
-        assert files <= set(digits if case == "digits" else image_folder), name
+        named = {argument for argument in arguments if argument.endswith(".py")}
+        assert named and named <= set(files[case]), name
     assert len(LIBRARY_FILES) > 10
 
 

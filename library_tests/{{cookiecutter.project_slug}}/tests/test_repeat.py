@@ -162,6 +162,20 @@ def test_a_repeat_refuses_other_flags_in_the_same_folder_and_flags_it_sets_itsel
     assert sorted(p.name for p in folder.iterdir()) == ["repeat.json"]  # nothing ran
 
 
+def test_a_repeat_of_a_config_from_before_the_library_names_where_its_class_moved(
+    workspace: Path, data_args: list[str]
+) -> None:
+    old = "{{ cookiecutter.package_name }}.callbacks.EpochLine"
+    new = "{{ cookiecutter.package_name }}.kit.callbacks.EpochLine"
+    (workspace / "old.yaml").write_text(f"epoch_line:\n  class_path: {old}\n")
+    with pytest.raises(SystemExit) as stop:
+        repeat(["--seeds", "2", "--config", "old.yaml", *FAST, *data_args])
+    message = str(stop.value)
+    assert f"epoch_line {old} moved: it is {new} now" in message, message
+    assert len(message.splitlines()) == 1
+    assert not (workspace / "runs").exists()  # refused before any run
+
+
 def test_the_runs_table_shows_only_the_hyperparameters_that_differ_best_first(
     train: Callable, workspace: Path
 ) -> None:

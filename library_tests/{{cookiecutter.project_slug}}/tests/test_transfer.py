@@ -130,6 +130,21 @@ def test_a_frozen_backbone_trains_its_classifier_alone_until_it_thaws(
     assert not torch.equal(starts[0][head], starts[1][head])  # the classifier from the start
 
 
+def test_freezing_a_network_without_a_classifier_layer_is_refused(
+    make_datamodule: Callable[..., DataModule],
+) -> None:
+    def no_linear(in_channels: int, num_classes: int) -> torch.nn.Module:
+        pooled = [torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()]
+        return torch.nn.Sequential(torch.nn.Conv2d(in_channels, num_classes, 1), *pooled)
+
+    datamodule = make_datamodule(batch_size=16)
+    model = ImageClassifier(datamodule.num_classes, datamodule.input_shape, backbone=no_linear)
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=2, callbacks=[FreezeBackbone()])
+    with pytest.raises(ConfigError, match=r"^freeze_backbone: the optimizer has no parameter"):
+        trainer.fit(model, datamodule)
+    assert trainer.global_step == 0
+
+
 def test_the_lr_monitor_shows_the_frozen_epochs_and_both_learning_rates(train: Callable) -> None:
     """configs/model/finetune.yaml: frozen for 2 epochs, the features at a tenth of the rate."""
     train("--config", str(CONFIGS / "model" / "finetune.yaml"), "--max_epochs", "3")

@@ -140,6 +140,16 @@ class FreezeBackbone(L.Callback):
         self.epochs = epochs
         self.scheduled: dict[int, float] = {}  # group index -> scheduled rate, while it reads 0
 
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        groups = trainer.optimizers[0].param_groups if trainer.optimizers else []
+        if self.epochs and not any(group.get("name") == "features" for group in groups):
+            # Nothing would be frozen, without a word.
+            raise ConfigError(
+                "freeze_backbone: the optimizer has no parameter group named 'features' (the "
+                "layers before the classifier, which the model names when its network ends in "
+                "a linear layer): give a network that does, or leave freeze_backbone out"
+            )
+
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: object, batch_idx: int
     ) -> None:

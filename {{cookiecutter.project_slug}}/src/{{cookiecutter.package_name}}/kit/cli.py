@@ -232,7 +232,7 @@ def parse_only(args: list[str]) -> TrainCLI:
             seed_everything_default=False,
         )
     except Exception as error:
-        raise ConfigError(f"train.py flags: {one_line(error)}") from error
+        raise ConfigError(f"train.py flags: {readable(str(error))}") from error
 
 
 def configured_loggers(args: Sequence[str]) -> list[dict[str, Any]]:
@@ -337,21 +337,27 @@ class OneLineErrors(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error:  # jsonargparse is trying alternatives; let it go on
             super().error(message, ex)
-        message = original = " ".join(message.split())
-        if found := IN_A_CLASS.search(message):  # a bad value for an argument of a class
-            message = f"{found['key']}.{found['arg']} ({found['cls']}): {found['why']}"
-        elif found := UNKNOWN_ARGUMENT.search(message):  # a misspelled argument of a class
-            cls = found["cls"] or found["given"]
-            accepted = ", ".join(arguments_of(cls))
-            message = f"{found['key']}.{found['arg']} is not an argument of {cls}"
-            message += f"; accepted: {accepted}" if accepted else ""
-        elif found := NOT_IMPORTABLE.search(message):  # a class path that does not import
-            message = f"{found['key']} {found['path']} cannot be imported: {found['why']}"
-        if (found := CLASS_PATH.search(original)) and (
-            moved := moved_into_library(path := found["path"] or found["quoted"])
-        ):
-            message = f"{found['key']} {path} moved: it is {moved} now"
-        sys.exit(f"error: {message} (python train.py --help lists the options)")
+        sys.exit(f"error: {readable(message)} (python train.py --help lists the options)")
+
+
+def readable(message: str) -> str:
+    """jsonargparse's report of a bad flag, key or value, on one line: the one error that
+    matters among the alternatives it tried, and where a class path moved."""
+    message = original = " ".join(message.split())
+    if found := IN_A_CLASS.search(message):  # a bad value for an argument of a class
+        message = f"{found['key']}.{found['arg']} ({found['cls']}): {found['why']}"
+    elif found := UNKNOWN_ARGUMENT.search(message):  # a misspelled argument of a class
+        cls = found["cls"] or found["given"]
+        accepted = ", ".join(arguments_of(cls))
+        message = f"{found['key']}.{found['arg']} is not an argument of {cls}"
+        message += f"; accepted: {accepted}" if accepted else ""
+    elif found := NOT_IMPORTABLE.search(message):  # a class path that does not import
+        message = f"{found['key']} {found['path']} cannot be imported: {found['why']}"
+    if (found := CLASS_PATH.search(original)) and (
+        moved := moved_into_library(path := found["path"] or found["quoted"])
+    ):
+        message = f"{found['key']} {path} moved: it is {moved} now"
+    return message
 
 
 def moved_into_library(class_path: str) -> str | None:
