@@ -1,7 +1,8 @@
 """A fork, edited as its user would: images listed in a CSV file become the default data, a
 network of the user's own the default network with the penalty on its classifier, and a new
 metric is logged and monitored. The project's own tests (`pytest -m ""`) then pass with one test
-file rewritten: tests/fake_data.py, the test data of the default dataset, which was replaced."""
+file rewritten: tests/fake_data.py, the test data of the default dataset, which was replaced. data.py
+stays and its tests still pass (test_batch_augment.py, on images of its own)."""
 
 import re
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import Render, render, run
+from helpers import CASES, Render, render, run
 
 # A data module of the contract (kit/datamodule.py's ImageDataModule): path,label lines.
 LISTED = '''"""Images listed in a CSV file: `path,label` lines, paths relative to the file."""
@@ -208,8 +209,9 @@ def fork(rendered: Render) -> None:
 
 
 @pytest.mark.slow
-def test_a_forked_project_passes_its_own_tests(tmp_path: Path) -> None:
-    rendered = render(tmp_path)
+@pytest.mark.parametrize("case", ["default", "mnist"])  # digits, TensorBoard; torchvision, MLflow
+def test_a_forked_project_passes_its_own_tests(tmp_path: Path, case: str) -> None:
+    rendered = render(tmp_path, **CASES[case])
     fork(rendered)
     tests = run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", ""],

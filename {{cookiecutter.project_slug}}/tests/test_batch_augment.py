@@ -16,6 +16,7 @@ from torch import Tensor
 from torchvision.transforms import v2
 
 from {{ cookiecutter.package_name }}.data import DataModule, eval_transform, prediction_transform
+from {{ cookiecutter.package_name }}.kit.datamodule import TensorImages
 
 # What the classic per-image pipeline would apply before eval_transform during training.
 PER_IMAGE_AUGMENTATION = {{ reference }}
@@ -24,9 +25,13 @@ DRAWS = 4000
 
 @pytest.fixture
 def datamodule(make_datamodule: Callable[..., DataModule]) -> DataModule:
-    dm = make_datamodule(DataModule)  # data.py's, the default or not
-    dm.prepare_data()
-    dm.setup("fit")
+    """data.py's module, the default or not, holding random uint8 images of its input shape:
+    these tests are about the batch path, not about reading the dataset's files."""
+    dm = make_datamodule(DataModule)
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (64, *dm.input_shape), dtype=torch.uint8, generator=generator)
+    labels = torch.randint(dm.num_classes, (64,), generator=generator)
+    dm.train_set = dm.val_set = TensorImages(images, labels)
     return dm
 
 
