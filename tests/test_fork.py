@@ -1,8 +1,8 @@
 """A fork, edited as its user would: images listed in a CSV file become the default data, a
 network of the user's own the default network with the penalty on its classifier, and a new
 metric is logged and monitored. The project's own tests (`pytest -m ""`) then pass with one test
-file rewritten: tests/fake_data.py, the test data of the default dataset, which was replaced. data.py
-stays and its tests still pass (test_batch_augment.py, on images of its own)."""
+file rewritten: tests/fake_data.py, the test data of the default dataset, which was replaced.
+data.py stays and its tests still pass (test_batch_augment.py, on images of its own)."""
 
 import re
 import sys
