@@ -30,7 +30,7 @@ SUITE_RUNS = {case: {**DEFAULTS, **CASES[case]} for case in DATASET_CASES}
 
 # The library's tests, each group a pytest run of its own in a render of its own: (case, pytest
 # arguments). Against digits (the default dataset and logger) every test runs, slow ones too: every
-# README command as a user types it (on a terminal and into a file, one run each), several
+# README command as a user types it (on a terminal and into a file, a run each), several
 # processes, torch.compile. Against the other renders, only what depends on their answers:
 # image_folder's README commands, loaders (worker processes reading files on disk) and shards
 # (image folders only); the fast tests that read a run's logged metrics and files, against each
@@ -44,9 +44,11 @@ LOGGED = ["test_compat.py", "test_train.py", "test_repeat.py"]
 FOLDER_DATA = ["test_loaders.py", *SHARDS, *LOGGED]
 REST = [name for name in LIBRARY_FILES if name not in USER_PATHS + FEATURES + SHARDS]
 LIBRARY_RUNS = {
-    "library-image_folder-readme": ("image_folder", ["-m", "", *USER_PATHS]),
-    "library-digits-readme-terminal": ("digits", ["-m", "", "-k", "terminal", *USER_PATHS]),
-    "library-digits-readme-file": ("digits", ["-m", "", "-k", "not terminal", *USER_PATHS]),
+    **{
+        f"library-{case}-readme-{output}": (case, ["-m", "", "-k", selects, *USER_PATHS])
+        for case in ("image_folder", "digits")
+        for output, selects in (("file", "not terminal"), ("terminal", "terminal"))
+    },
     "library-digits-rest": ("digits", ["-m", "", *REST]),
     "library-digits-features": ("digits", ["-m", "", *FEATURES]),
     "library-image_folder-data": ("image_folder", ["-m", "not slow", *FOLDER_DATA]),

@@ -82,6 +82,15 @@ def run(command: list[str], cwd: Path, terminal: bool) -> str:
         if stacks_until is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=60)  # its output ended: it is ending
+        # A stalled run's processes end as they finish writing their stacks (the terminal may
+        # close before a process that does not hold it has written them): wait for them.
+        while stacks_until is not None and time.monotonic() < stacks_until:
+            process.poll()  # the first process, once it ended: no longer a member
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # and whatever it left behind
         process.wait()
