@@ -1,6 +1,7 @@
 """Fixtures and hooks shared by the template's tests."""
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -12,14 +13,30 @@ from helpers import RENDERS, Render, render
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def waits_for_a_suite(item: pytest.Item) -> bool:
+    return item.name.startswith("test_generated_suite_passes[")
+
+
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The generated projects' suites (most of the run) start now, in the background, and the
-    tests that wait for them run last: the template's other tests run meanwhile."""
-    waiting = [item for item in items if item.name.startswith("test_generated_suite_passes[")]
-    if waiting and not config.option.collectonly:
-        items[:] = [item for item in items if item not in waiting] + waiting
-        waiting[0].module.start_suites()
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that wait for the generated projects' suites run last."""
+    items.sort(key=waits_for_a_suite)  # stable: the others keep their order
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
+    """The suites of the selected tests start before the first test, in the background (most of
+    the run's time: the template's other tests run meanwhile), and stop with the session."""
+    waiting = [item for item in session.items if waits_for_a_suite(item)]
+    start = waiting and not session.testsfailed and not session.config.option.collectonly
+    if start:
+        module = waiting[0].module
+        module.start_suites([item.callspec.params["name"] for item in waiting])
+    try:
+        return (yield)
+    finally:
+        if start:
+            module.stop_suites()
 
 
 @pytest.fixture(scope="session", params=list(RENDERS))

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -142,9 +143,10 @@ def render(workdir: Path, **answers: str) -> Render:
 # The library's tests: rendered into a project's tests/ folder with the project's answers, so
 # they run against that project, and shipped in none (the library is tested here, once).
 LIBRARY_TESTS = REPO / "library_tests"
-# The projects they run against: the default dataset and logger (every test, slow ones too), and
-# image files read from disk by loader workers, with a CSV logger.
-LIBRARY_CASES = ["digits", "image_folder"]
+# The projects they run against (test_generated_project.py: which tests against which): the
+# default dataset and logger; image files read by loader workers, with a CSV logger; MLflow and
+# Weights & Biases beside CSV, torchvision's datasets, every feature left out.
+LIBRARY_CASES = ["digits", "image_folder", "mnist", "fashion_mnist"]
 LIBRARY_FEATURE_TESTS = {
     "deploy": ["test_deploy.py"],
     "sweep": ["test_sweep.py"],
@@ -221,12 +223,17 @@ def tree(root: Path) -> dict[str, str]:
 
 
 def run(
-    command: list[str], cwd: Path, timeout: float = 600, **env: str
+    command: list[str],
+    cwd: Path,
+    timeout: float = 600,
+    started: Callable[[int], object] | None = None,
+    **env: str,
 ) -> subprocess.CompletedProcess[str]:
     """Run a command with extra environment variables; stdout and stderr together.
 
-    It runs in a session of its own, with no input. Past `timeout` seconds it is stopped with every
-    process it started, and the output so far ends with a line that says so.
+    It runs in a session of its own, with no input, whose id `started` gets. Past `timeout`
+    seconds it is stopped with every process it started, and the output so far ends with a line
+    that says so.
     """
     # A file, not a pipe: a process left behind holding it open cannot block the read.
     with tempfile.TemporaryFile("w+") as log:
@@ -241,6 +248,8 @@ def run(
             text=True,
             start_new_session=True,
         )
+        if started is not None:
+            started(process.pid)
         try:
             process.wait(timeout=timeout)
             note = ""

@@ -117,6 +117,12 @@ def make_datamodule(data_args: list[str]) -> Callable[..., ImageDataModule]:
 
 
 @pytest.fixture
+def defaults() -> dict:
+    """configs/default.yaml, as a dict."""
+    return DEFAULTS
+
+
+@pytest.fixture
 def monitored() -> str:
     """The metric configs/default.yaml monitors: it picks the best checkpoint, stops early."""
     return DEFAULTS["monitor"]

@@ -6,7 +6,8 @@ changes: fewer epochs (`--max_epochs 1`; 3 for the default run, which the projec
 tests/test_runs.py runs in full) and trials, a free port for a fixed one, the real file
 for a placeholder such as `version_<N>`, and `--accelerator cpu` for a script that asks for
 GPUs. The data the README points at (`--data.root ...`) is written where it points, in the
-dataset's own format.
+dataset's own format. The template's test session, which runs several projects' suites at once,
+gives each process one torch thread (OMP_NUM_THREADS=1, its tests/conftest.py).
 
 A command counts as hung when it stalls: its output (the terminal's or the file's) has not
 grown for STALL seconds. Then every Python process it started writes its stacks, on a signal
