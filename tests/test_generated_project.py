@@ -67,8 +67,8 @@ RUNS = {
     **{case: (case, ["-m", ""]) for case in SUITE_RUNS},
 }
 
-# Two suites run at a time, beside the template's other tests (conftest.py starts them once the
-# tests are collected). Much of a suite is waiting (interpreters starting, launchers, servers,
+# Two suites run at a time, beside the template's other tests (conftest.py starts them as the
+# test loop begins). Much of a suite is waiting (interpreters starting, launchers, servers,
 # ranks waiting for each other), so they share this machine's cores with little loss. The
 # longest start first.
 PARALLEL = 2
