@@ -4,6 +4,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,23 @@ def test_step_time_times_each_render_in_every_round(module: ModuleType, tmp_path
     assert all(len(v) == 2 and all(0 < t < 60_000 for t in v) for v in times.values())
     with pytest.raises(SystemExit):
         step_time.main([*args, str(tmp_path)])  # not a render: no src/ folder
+
+
+# A parent that starts a child in a session of its own and exits at once; the child then
+# spins for a while: only a subreaper that waits for it counts its CPU time.
+ORPHAN = """
+import subprocess, sys
+spin = "import time\\nend = time.process_time() + 0.5\\nwhile time.process_time() < end: pass"
+subprocess.Popen([sys.executable, "-c", spin], start_new_session=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a subreaper is Linux's")
+def test_cpu_time_counts_the_processes_that_outlive_their_parent() -> None:
+    measured = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "cpu_time.py"), sys.executable, "-c", ORPHAN],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert measured.stdout.startswith("exit 0:")
+    cpu = float(re.search(r"CPU ([0-9.]+) s", measured.stdout)[1])
+    assert cpu >= 0.5  # the child's half second, spent after its parent had exited

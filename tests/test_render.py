@@ -1,8 +1,10 @@
 """Every render: fully rendered, only the chosen options' files, lint-clean, importable."""
 
+import ast
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -145,6 +147,19 @@ def test_ruff_clean(rendered: Render, command: tuple[str, ...]) -> None:
 def test_cli_imports(rendered: Render) -> None:
     cli = import_cli(rendered)
     assert Path(cli.__file__).is_relative_to(rendered.path / "src")
+
+
+def test_entry_scripts_import_under_their_main_guard(rendered: Render) -> None:
+    """Loader workers (and DDP's spawned processes) run the main script's top level again: an
+    import there would make every run's workers import Lightning and the training code."""
+    for script in sorted(rendered.path.glob("*.py")):
+        for node in ast.parse(script.read_text()).body:
+            docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            standard = isinstance(node, ast.Import) and all(
+                alias.name in sys.stdlib_module_names for alias in node.names
+            )
+            guard = isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"
+            assert docstring or standard or guard, f"{script.name}:{node.lineno} runs in workers"
 
 
 def test_output_path_with_spaces(tmp_path) -> None:

@@ -1,7 +1,10 @@
-"""The library's loaders: pinned memory and kept workers, workers from a fork server, the
-default worker count, and workers that outlive a SIGTERM or the end of their process."""
+"""The library's loaders: pinned memory and kept workers, workers from a fork server that
+imports only what they need, the default worker count, workers seeded per process, and workers
+that outlive a SIGTERM or the end of their process."""
 
+import functools
 import gc
+import json
 import multiprocessing
 import os
 import signal
@@ -10,8 +13,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 from lightning import Trainer
 
 from {{ cookiecutter.package_name }}.data import DataModule
@@ -140,3 +145,70 @@ def test_a_process_ends_with_loader_workers_still_running(
     )  # fmt: skip
     assert ended.returncode == 0, ended.stderr[-3000:]
     assert "one batch" in ended.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork server on Linux only")
+def test_workers_import_neither_lightning_nor_the_training_code(
+    data_args: list[str], tmp_path: Path
+) -> None:
+    """The workers' fork server imports what the workers are sent and kit/workers.py, and a
+    script that imports under its main guard (as the entry scripts do): starting it costs what
+    importing torch and the data's own libraries costs, not the training program's start-up."""
+    script = tmp_path / "report_worker_modules.py"
+    script.write_text(
+        "import json\n"
+        "import os\n"
+        "import sys\n"
+        "def report(worker_id):\n"
+        "    with open(os.environ['REPORT'], 'w') as file:\n"
+        "        json.dump(sorted(sys.modules), file)\n"
+        "if __name__ == '__main__':\n"
+        f"    sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "    import fake_data\n"
+        "    getattr(fake_data, 'trust_local_files', lambda: None)()\n"
+        "    from {{ cookiecutter.package_name }}.kit.cli import build_cli\n"
+        "    from {{ cookiecutter.package_name }}.kit.project import use\n"
+        "    from {{ cookiecutter.package_name }}.project import project\n"
+        "    use(project)\n"
+        "    cli = build_cli(sys.argv[1:])\n"
+        "    cli.datamodule.setup('fit')\n"
+        "    loader = cli.datamodule.train_dataloader()\n"
+        "    loader.worker_init_fn = report\n"
+        "    next(iter(loader))\n"
+    )
+    report = tmp_path / "modules.json"
+    ended = subprocess.run(
+        [sys.executable, str(script), *data_args, "--data.num_workers", "1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "REPORT": str(report)},
+    )  # fmt: skip
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    imported = json.loads(report.read_text())
+    assert "torch" in imported
+    assert [name for name in imported if name.split(".")[0] == "lightning"] == []
+    assert "{{ cookiecutter.package_name }}.kit.train" not in imported
+
+
+def report_seed(path: Path, worker_id: int) -> None:
+    path.write_text(str(torch.initial_seed()))
+
+
+def test_the_processes_of_a_run_give_their_workers_different_seeds(
+    make_datamodule: Callable[..., DataModule], tmp_path: Path
+) -> None:
+    """The loader seeds each worker's torch, random and NumPy; a process's rank is part of its
+    seed, so that the processes of a run augment their images differently."""
+    datamodule = make_datamodule(num_workers=1)
+    datamodule.setup("fit")
+    seeds = []
+    for run, rank in enumerate((0, 1, 0)):
+        cpu = SimpleNamespace(root_device=torch.device("cpu"))
+        datamodule.trainer = SimpleNamespace(global_rank=rank, num_devices=2, strategy=cpu)
+        loader = datamodule.make_loader(datamodule.train_set, shuffle=True)
+        loader.worker_init_fn = functools.partial(report_seed, tmp_path / f"{run}.txt")
+        next(iter(loader))
+        seeds.append((tmp_path / f"{run}.txt").read_text())
+        del loader
+        gc.collect()
+    assert seeds[0] != seeds[1]
+    assert seeds[0] == seeds[2]  # the same process again: the same seed

@@ -30,8 +30,9 @@ from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 from torchvision import datasets
 
 from .data import MEAN, STD, DataModule, eval_transform, prediction_transform, train_transform
-from .kit.datamodule import ImageDataModule, start_worker, usable_cpus
+from .kit.datamodule import ImageDataModule, usable_cpus
 from .kit.errors import ConfigError
+from .kit.workers import start_worker
 
 SPLITS = ("train", "val", "test")
 # Written last: shards without it are not a finished conversion.
@@ -361,8 +362,8 @@ class ShardsDataModule(ImageDataModule):
             pin_memory=on_gpu,
             # Its own generator: starting an epoch's workers never draws from the global RNG
             # that dropout uses (a resumed run starts its loaders at other moments).
-            generator=torch.Generator().manual_seed(self.loader_seed() + 1),
-            multiprocessing_context=self.worker_server() if self.num_workers > 0 else None,
+            generator=self.worker_seeds(),
+            multiprocessing_context=self.worker_server(dataset),
             worker_init_fn=functools.partial(start_worker, main_process=os.getpid()),
         )
 

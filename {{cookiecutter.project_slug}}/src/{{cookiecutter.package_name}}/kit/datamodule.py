@@ -8,17 +8,18 @@ cut into batches by indexing, augmented and normalised as whole batches on the d
 import functools
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
-import threading
+import types
 import warnings
 from collections.abc import Callable, Sequence
 from multiprocessing.context import BaseContext
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.fabric.utilities.seed import pl_worker_init_function
 from lightning.pytorch.utilities import suggested_max_num_workers
 from torch import Tensor
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
@@ -26,8 +27,9 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from .errors import ConfigError
+from .workers import Batch, start_worker, whole_batch
+from .workers import TensorImages as TensorImages  # data modules import it from here
 
-Batch = tuple[Tensor, Tensor]
 # What ImageDataModule.check_contract looks for besides prediction_transform.
 CONTRACT = ("class_names", "input_shape", "mean", "std")
 
@@ -209,9 +211,9 @@ class ImageDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             pin_memory=on_gpu,
             persistent_workers=self.num_workers > 0,
-            generator=torch.Generator().manual_seed(self.loader_seed() + 1),
+            generator=self.worker_seeds(),
             collate_fn=self.collate_fn,
-            multiprocessing_context=self.worker_server() if self.num_workers > 0 else None,
+            multiprocessing_context=self.worker_server(dataset, self.collate_fn),
             worker_init_fn=functools.partial(start_worker, main_process=os.getpid()),
         )
 
@@ -224,29 +226,42 @@ class ImageDataModule(L.LightningDataModule):
         """
         return self.seed * 1_000_003 + int(os.environ.get("PL_GLOBAL_SEED", 0))
 
-    def worker_server(self) -> BaseContext | None:
-        """Where loader workers start: a fork server on Linux, the platform's default elsewhere.
+    def worker_seeds(self) -> torch.Generator:
+        """The loader's own generator, from which torch seeds each worker's torch, random and
+        NumPy (a base seed drawn from it, plus the worker's id).
+
+        The process's rank is part of its seed, so that the processes of a run augment their
+        images differently; a new loader never draws from the global RNG that dropout uses.
+        """
+        rank = self.trainer.global_rank if self.trainer is not None else 0
+        return torch.Generator().manual_seed(self.loader_seed() + 1 + 7919 * rank)
+
+    def worker_server(self, *sent: Any) -> BaseContext | None:
+        """Where loader workers start: a fork server on Linux, the platform's default elsewhere
+        (None without workers).
 
         Forking a worker straight from a process that runs other threads (progress bars, queue
         feeders, torch.distributed's) can leave the worker stuck inside fork on Python before
         3.11.10 (CPython gh-112275), and a run with several devices then waits for it forever.
-        The fork server has no threads: it imports the data code once and forks every worker
-        from there.
+        The fork server has no threads: it imports what the workers need once and forks every
+        worker from there: workers.py, the main script (whose top level a worker runs again;
+        the entry scripts import under their main guard) and the modules of what the loader
+        sends its workers (`sent`: the dataset, the collate function), found by pickling them
+        as the loader will. Lightning and the training code only where those need them.
 
         It starts with SIGTERM blocked, which its threads keep: a SIGTERM to the whole process
         group (`kill -- -PGID`, `timeout`, a scheduler's time limit) must not end it, since the
         main process learns from the server that a worker has ended. With the server gone it
         takes running workers for ended, exits under them, and a worker's clean-up then fails
         in the main process's temporary folder, which is gone. The server still ends with its
-        main process; the processes it forks start unblocked (`worker_server.py`).
+        main process; the processes it forks start unblocked (`workers.py`).
         """
-        if not sys.platform.startswith("linux"):
+        if self.num_workers == 0 or not sys.platform.startswith("linux"):
             return None
         from multiprocessing import forkserver, resource_tracker  # Linux only, here
 
         context = multiprocessing.get_context("forkserver")
-        preload = [f"{__package__}.worker_server", "__main__", __name__, type(self).__module__]
-        context.set_forkserver_preload(preload)
+        context.set_forkserver_preload([f"{__package__}.workers", "__main__", *modules_of(sent)])
         # The server starts the resource tracker first, which unblocks SIGTERM after starting.
         resource_tracker.ensure_running()
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -289,27 +304,6 @@ def labels_of(dataset: Dataset) -> Tensor:
     return torch.as_tensor([int(dataset[i][1]) for i in range(len(dataset))], dtype=torch.long)
 
 
-class TensorImages(Dataset):
-    """Images decoded once into one uint8 tensor (N, C, H, W), with their labels.
-
-    The loader asks for whole batches (`__getitems__`): one indexing operation per batch
-    instead of a Python call and a transform per image.
-    """
-
-    def __init__(self, images: Tensor, labels: Tensor) -> None:
-        self.images, self.labels = images, labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int) -> Batch:
-        return self.images[index], self.labels[index]
-
-    def __getitems__(self, indices: list[int]) -> Batch:
-        index = torch.as_tensor(indices)
-        return self.images[index], self.labels[index]
-
-
 class InMemoryDataModule(ImageDataModule):
     """For datasets held as `TensorImages`: raw uint8 batches go to the device, where
     `augment` (training only) and `normalise` process each whole batch at once.
@@ -321,10 +315,8 @@ class InMemoryDataModule(ImageDataModule):
     # uint8 pixels (one image or a batch) -> the model's float input; set by subclasses.
     normalise: Callable[[Tensor], Tensor]
 
-    @staticmethod
-    def collate_fn(batch: Batch) -> Batch:
-        # TensorImages.__getitems__ already returns the whole batch.
-        return batch
+    # A function of workers.py: the workers' fork server imports its module, not this one.
+    collate_fn = staticmethod(whole_batch)
 
     def make_loader(self, dataset: Dataset | None, shuffle: bool = False) -> DataLoader:
         if self.num_workers == 0:
@@ -360,25 +352,38 @@ def default_num_workers(processes: int = 1) -> int:
     return max(1, min(8, (usable_cpus() or 2) // 2, suggested_max_num_workers(processes)))
 
 
-def start_worker(worker_id: int, main_process: int) -> None:
-    """Set up a loader worker: SIGTERM ends it only when its main process sends it.
+class _ModuleFinder(ForkingPickler):
+    """Pickles as a loader does when it starts a worker, into nothing, noting the module of
+    every class and function on the way: what a worker imports to read what it is sent."""
 
-    A SIGTERM to every process of the job (`kill -- -PGID`, `timeout`, a scheduler's time
-    limit) would otherwise kill the workers first, and the main process would fail on a dead
-    worker wherever it is instead of saving a checkpoint and stopping (a search would record
-    the trial as crashed). The main process ends its workers itself; a worker whose main
-    process died exits within seconds (the loader's own watchdog).
+    def __init__(self) -> None:
+        super().__init__(_Nowhere(), pickle.HIGHEST_PROTOCOL)
+        self.modules: set[str] = set()
+
+    def reducer_override(self, obj: Any) -> Any:
+        named = obj if isinstance(obj, type | types.FunctionType) else type(obj)
+        self.modules.add(getattr(named, "__module__", None) or "builtins")
+        if isinstance(obj, Tensor):
+            return torch.empty, (0,)  # its values would only be copied into nothing
+        return NotImplemented
+
+
+class _Nowhere:
+    def write(self, data: bytes) -> None:
+        pass
+
+
+def modules_of(sent: Sequence[Any]) -> list[str]:
+    """The modules a worker imports to unpickle `sent` (the training script as `__main__`).
+
+    When something cannot be pickled here, the loader will say so itself; until then the
+    server imports what it did before this search existed: the training script and its
+    modules.
     """
-    if hasattr(signal, "sigwaitinfo"):  # Linux; elsewhere the default stays
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-        threading.Thread(target=wait_for_sigterm, args=(main_process,), daemon=True).start()
-    if int(os.environ.get("PL_SEED_WORKERS", 0)):
-        # Lightning seeds workers itself only for loaders without a worker_init_fn.
-        pl_worker_init_function(worker_id)
-
-
-def wait_for_sigterm(main_process: int) -> None:
-    """Exit on a SIGTERM from the main process (which ends its workers that way at exit)."""
-    while True:
-        if signal.sigwaitinfo({signal.SIGTERM}).si_pid == main_process:
-            os._exit(0)
+    finder = _ModuleFinder()
+    try:
+        finder.dump(list(sent))
+    except Exception:  # the loader reports it, in its own words
+        return ["__main__"]
+    found = {"__main__" if name == "__mp_main__" else name for name in finder.modules}
+    return sorted(found - {"builtins"})
