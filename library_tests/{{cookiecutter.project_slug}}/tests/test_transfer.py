@@ -145,6 +145,25 @@ def test_freezing_a_network_without_a_classifier_layer_is_refused(
     assert trainer.global_step == 0
 
 
+def test_freezing_a_network_without_a_classifier_layer_is_refused_before_any_data_loads(
+    train: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1x1 convolution as the whole network: nothing before a linear layer to freeze."""
+    loaded = []
+    monkeypatch.setattr(DataModule, "prepare_data", lambda self: loaded.append("prepare"))
+    monkeypatch.setattr(DataModule, "setup", lambda self, stage: loaded.append(stage))
+    with pytest.raises(SystemExit) as exit_info:
+        train(
+            "--config", str(CONFIGS / "model" / "finetune.yaml"),
+            "--model.backbone", "torch.nn.Conv2d", "--model.backbone.kernel_size", "1",
+        )  # fmt: skip
+    assert str(exit_info.value.code).startswith(
+        "error: freeze_backbone: the optimizer has no parameter group named 'features'"
+    )
+    assert not loaded
+    assert not Path("runs").exists()
+
+
 def test_the_lr_monitor_shows_the_frozen_epochs_and_both_learning_rates(train: Callable) -> None:
     """configs/model/finetune.yaml: frozen for 2 epochs, the features at a tenth of the rate."""
     train("--config", str(CONFIGS / "model" / "finetune.yaml"), "--max_epochs", "3")

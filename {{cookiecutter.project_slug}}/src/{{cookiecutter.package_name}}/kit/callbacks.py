@@ -9,11 +9,12 @@ from typing import Any
 import lightning as L
 from jsonargparse.typing import NonNegativeFloat
 from lightning.pytorch.utilities import rank_zero_info
-from torch import Tensor
+from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from .compat import PacingHook
 from .errors import ConfigError
+from .layers import features, last_linear
 
 
 class BatchSizeReport(L.Callback):
@@ -124,6 +125,13 @@ class EpochLine(L.Callback):
             rank_zero_info(line)
 
 
+NOTHING_TO_FREEZE = (
+    "freeze_backbone: the optimizer has no parameter group named 'features' (the layers "
+    "before the classifier, which the model names when its network ends in a linear layer): "
+    "give a network that does, or leave freeze_backbone out"
+)
+
+
 class FreezeBackbone(L.Callback):
     """Trains the classifier alone for the first `epochs` epochs, then the whole network.
 
@@ -140,15 +148,18 @@ class FreezeBackbone(L.Callback):
         self.epochs = epochs
         self.scheduled: dict[int, float] = {}  # group index -> scheduled rate, while it reads 0
 
+    def check_model(self, model: L.LightningModule) -> None:
+        """Called as the run is built (cli.py), before any work: a network without layers
+        before a classifier would have nothing frozen, without a word."""
+        network = getattr(model, "backbone", None)
+        frozen = isinstance(network, nn.Module) and last_linear(network) and features(network)
+        if self.epochs and not frozen:
+            raise ConfigError(NOTHING_TO_FREEZE)
+
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         groups = trainer.optimizers[0].param_groups if trainer.optimizers else []
         if self.epochs and not any(group.get("name") == "features" for group in groups):
-            # Nothing would be frozen, without a word.
-            raise ConfigError(
-                "freeze_backbone: the optimizer has no parameter group named 'features' (the "
-                "layers before the classifier, which the model names when its network ends in "
-                "a linear layer): give a network that does, or leave freeze_backbone out"
-            )
+            raise ConfigError(NOTHING_TO_FREEZE)  # a model that names its groups otherwise
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: object, batch_idx: int

@@ -181,6 +181,11 @@ class TrainCLI(LightningCLI):
             raise cause from None
         check_model(self.model)
         self.datamodule.check_contract()
+        # A callback that needs something of the model says so now, before a run folder or
+        # the data exists (FreezeBackbone: layers before a classifier to freeze).
+        for callback in self.trainer.callbacks:
+            if callable(check := getattr(callback, "check_model", None)):
+                check(self.model)
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         parser = super().init_parser(**kwargs)
