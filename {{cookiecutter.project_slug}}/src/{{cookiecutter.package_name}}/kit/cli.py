@@ -271,9 +271,11 @@ def build_model(args: list[str]) -> LightningModule:
 
 
 def project_defaults() -> Path:
-    """The project's configs/default.yaml, which holds every default of the command line: beside
-    the src/ folder that holds the project's package (an editable install), else beside the
-    running script (train.py and the other entry scripts sit at the project's root)."""
+    """The file that holds every default of the command line: the one the project names, else
+    its configs/default.yaml, beside the src/ folder that holds the project's package (an
+    editable install) or beside the running script (the entry scripts sit at its root)."""
+    if (named := current().defaults) is not None:
+        return Path(named)
     roots = [Path(__file__).resolve().parents[3], Path(sys.argv[0]).resolve().parent]
     for root in roots:
         if (path := root / "configs" / "default.yaml").is_file():

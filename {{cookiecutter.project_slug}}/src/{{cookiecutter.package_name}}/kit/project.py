@@ -10,13 +10,18 @@ The model class, a LightningModule, provides (`check_model` names a missing one 
   val_metrics   a torchmetrics MetricCollection with prefix "val/": what --monitor may name
                 besides val/loss, each metric's higher_is_better telling which way is better
   its optimizer's parameter groups named "classifier" and "features" (FreezeBackbone)
+  optionally parameter_groups(): those groups, so that resuming with another grouping is
+                refused in one line (otherwise the optimizer's state fails to load)
   hyperparameters saved (save_hyperparameters): a checkpoint rebuilds the model from them
 The data module class provides what datamodule.ImageDataModule documents (class names, input
 shape, normalisation, prediction transform), checked by its `check_contract` at start.
+Every default of the command line is in one YAML file: the project's configs/default.yaml,
+unless the Project names another (`defaults`).
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import ConfigError
@@ -27,15 +32,20 @@ if TYPE_CHECKING:  # imported when used: predicting from an exported file needs 
 
 @dataclass(frozen=True)
 class Project:
-    """The project's classes, as the library takes them."""
+    """The project's classes, as the library takes them, and the file that holds every default
+    of the command line (None: configs/default.yaml beside the project's src/ folder or beside
+    the running script)."""
 
     model: "type[LightningModule]"
+    defaults: Path | None = None
 
     def __post_init__(self) -> None:
         from lightning.pytorch import LightningModule
 
         if not (isinstance(self.model, type) and issubclass(self.model, LightningModule)):
             raise ConfigError(f"Project(model={self.model!r}): give a LightningModule class")
+        if self.defaults is not None and not Path(self.defaults).is_file():
+            raise ConfigError(f"Project(defaults={str(self.defaults)!r}): no such file")
 
 
 _current: list["Project | Callable[[], Project]"] = []
