@@ -234,6 +234,7 @@ class ImageDataModule(L.LightningDataModule):
         images differently; a new loader never draws from the global RNG that dropout uses.
         """
         rank = self.trainer.global_rank if self.trainer is not None else 0
+        # Rank 0 keeps the single-process seed; other ranks' are a prime's multiple away.
         return torch.Generator().manual_seed(self.loader_seed() + 1 + 7919 * rank)
 
     def worker_server(self, *sent: Any) -> BaseContext | None:
