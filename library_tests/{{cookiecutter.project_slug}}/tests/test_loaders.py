@@ -7,6 +7,7 @@ import gc
 import json
 import multiprocessing
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -14,12 +15,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from lightning import Trainer
 
 from {{ cookiecutter.package_name }}.data import DataModule
+from {{ cookiecutter.package_name }}.kit.datamodule import modules_of
 
 
 def test_loaders_pin_memory_only_on_gpu_and_keep_workers(
@@ -189,26 +193,54 @@ def test_workers_import_neither_lightning_nor_the_training_code(
     assert "{{ cookiecutter.package_name }}.kit.train" not in imported
 
 
-def report_seed(path: Path, worker_id: int) -> None:
-    path.write_text(str(torch.initial_seed()))
+def report_seeds(path: Path, start: Callable[[int], None], worker_id: int) -> None:
+    """The worker's set-up, then the state of its three generators, into `path`."""
+    start(worker_id)
+    path.write_text(json.dumps([torch.initial_seed(), random.random(), np.random.random()]))
+
+
+def worker_seeds(datamodule: DataModule, rank: int, path: Path, state: dict | None = None) -> Any:
+    """The seeds a worker of the training loader gets in the process of rank `rank` (a run's
+    loader restored from `state`, as a resumed run's): (seeds, the loader's state then)."""
+    cpu = SimpleNamespace(root_device=torch.device("cpu"))
+    datamodule.trainer = SimpleNamespace(global_rank=rank, num_devices=2, strategy=cpu)
+    loader = datamodule.make_loader(datamodule.train_set, shuffle=True)
+    loader.worker_init_fn = functools.partial(report_seeds, path, loader.worker_init_fn)
+    if state is not None:
+        loader.load_state_dict(state)
+    batches = iter(loader)
+    next(batches)
+    seeds, state = json.loads(path.read_text()), loader.state_dict()
+    del batches, loader
+    gc.collect()
+    return seeds, state
 
 
 def test_the_processes_of_a_run_give_their_workers_different_seeds(
     make_datamodule: Callable[..., DataModule], tmp_path: Path
 ) -> None:
-    """The loader seeds each worker's torch, random and NumPy; a process's rank is part of its
-    seed, so that the processes of a run augment their images differently."""
+    """The loader seeds each worker's torch, random and NumPy from its own generator; the
+    process's rank joins in the worker, so the processes of a run augment differently, also
+    after a resume (which gives every process the first one's loader state)."""
     datamodule = make_datamodule(num_workers=1)
     datamodule.setup("fit")
-    seeds = []
-    for run, rank in enumerate((0, 1, 0)):
-        cpu = SimpleNamespace(root_device=torch.device("cpu"))
-        datamodule.trainer = SimpleNamespace(global_rank=rank, num_devices=2, strategy=cpu)
-        loader = datamodule.make_loader(datamodule.train_set, shuffle=True)
-        loader.worker_init_fn = functools.partial(report_seed, tmp_path / f"{run}.txt")
-        next(iter(loader))
-        seeds.append((tmp_path / f"{run}.txt").read_text())
-        del loader
-        gc.collect()
-    assert seeds[0] != seeds[1]
-    assert seeds[0] == seeds[2]  # the same process again: the same seed
+    first, state = worker_seeds(datamodule, 0, tmp_path / "first.json")
+    second, _ = worker_seeds(datamodule, 1, tmp_path / "second.json")
+    again, _ = worker_seeds(datamodule, 0, tmp_path / "again.json")
+    assert all(a != b for a, b in zip(first, second, strict=True))
+    assert again == first  # the same process: the same seeds
+    resumed_first, _ = worker_seeds(datamodule, 0, tmp_path / "resumed_first.json", state)
+    resumed_second, _ = worker_seeds(datamodule, 1, tmp_path / "resumed_second.json", state)
+    assert all(a != b for a, b in zip(resumed_first, resumed_second, strict=True))
+
+
+def test_the_fork_server_is_told_the_modules_of_what_the_workers_are_sent(
+    make_datamodule: Callable[..., DataModule],
+) -> None:
+    datamodule = make_datamodule(num_workers=1)
+    datamodule.setup("fit")
+    found = modules_of([datamodule.train_set, datamodule.collate_fn, datamodule.worker_init()])
+    assert "{{ cookiecutter.package_name }}.kit.workers" in found
+    assert type(datamodule.train_set).__module__ in found
+    assert not [name for name in found if name.split(".")[0] == "lightning"]
+    assert modules_of([lambda: None]) == []  # the loader itself will say it cannot pickle it

@@ -11,11 +11,9 @@ through the same transforms as the folder's; prediction and export do not change
 """
 
 import argparse
-import functools
 import hashlib
 import io
 import json
-import os
 import shlex
 import shutil
 import warnings
@@ -32,7 +30,6 @@ from torchvision import datasets
 from .data import MEAN, STD, DataModule, eval_transform, prediction_transform, train_transform
 from .kit.datamodule import ImageDataModule, usable_cpus
 from .kit.errors import ConfigError
-from .kit.workers import start_worker
 
 SPLITS = ("train", "val", "test")
 # Written last: shards without it are not a finished conversion.
@@ -362,9 +359,9 @@ class ShardsDataModule(ImageDataModule):
             pin_memory=on_gpu,
             # Its own generator: starting an epoch's workers never draws from the global RNG
             # that dropout uses (a resumed run starts its loaders at other moments).
-            generator=self.worker_seeds(),
+            generator=torch.Generator().manual_seed(self.loader_seed() + 1),
             multiprocessing_context=self.worker_server(dataset),
-            worker_init_fn=functools.partial(start_worker, main_process=os.getpid()),
+            worker_init_fn=self.worker_init(),
         )
 
     def restore_loader(

@@ -8,7 +8,6 @@ cut into batches by indexing, augmented and normalised as whole batches on the d
 import functools
 import multiprocessing
 import os
-import pickle
 import signal
 import sys
 import types
@@ -211,10 +210,10 @@ class ImageDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             pin_memory=on_gpu,
             persistent_workers=self.num_workers > 0,
-            generator=self.worker_seeds(),
+            generator=torch.Generator().manual_seed(self.loader_seed() + 1),
             collate_fn=self.collate_fn,
             multiprocessing_context=self.worker_server(dataset, self.collate_fn),
-            worker_init_fn=functools.partial(start_worker, main_process=os.getpid()),
+            worker_init_fn=self.worker_init(),
         )
 
     def loader_seed(self) -> int:
@@ -226,16 +225,10 @@ class ImageDataModule(L.LightningDataModule):
         """
         return self.seed * 1_000_003 + int(os.environ.get("PL_GLOBAL_SEED", 0))
 
-    def worker_seeds(self) -> torch.Generator:
-        """The loader's own generator, from which torch seeds each worker's torch, random and
-        NumPy (a base seed drawn from it, plus the worker's id).
-
-        The process's rank is part of its seed, so that the processes of a run augment their
-        images differently; a new loader never draws from the global RNG that dropout uses.
-        """
+    def worker_init(self) -> Callable[[int], None]:
+        """The loaders' worker_init_fn: `workers.start_worker` with this process's id and rank."""
         rank = self.trainer.global_rank if self.trainer is not None else 0
-        # Rank 0 keeps the single-process seed; other ranks' are a prime's multiple away.
-        return torch.Generator().manual_seed(self.loader_seed() + 1 + 7919 * rank)
+        return functools.partial(start_worker, main_process=os.getpid(), rank=rank)
 
     def worker_server(self, *sent: Any) -> BaseContext | None:
         """Where loader workers start: a fork server on Linux, the platform's default elsewhere
@@ -245,10 +238,12 @@ class ImageDataModule(L.LightningDataModule):
         feeders, torch.distributed's) can leave the worker stuck inside fork on Python before
         3.11.10 (CPython gh-112275), and a run with several devices then waits for it forever.
         The fork server has no threads: it imports what the workers need once and forks every
-        worker from there: workers.py, the main script (whose top level a worker runs again;
-        the entry scripts import under their main guard) and the modules of what the loader
-        sends its workers (`sent`: the dataset, the collate function), found by pickling them
-        as the loader will. Lightning and the training code only where those need them.
+        worker from there: workers.py and the modules of what the loader sends its workers
+        (`sent`: the dataset, the collate function), found by pickling them as the loader will;
+        Lightning only where those need it (a dataset defined beside a data module). Each
+        worker also runs the main script's top level again (the server does so once instead
+        from Python 3.13.1, CPython gh-126631), which is why the entry scripts import under
+        their main guard.
 
         It starts with SIGTERM blocked, which its threads keep: a SIGTERM to the whole process
         group (`kill -- -PGID`, `timeout`, a scheduler's time limit) must not end it, since the
@@ -358,14 +353,15 @@ class _ModuleFinder(ForkingPickler):
     every class and function on the way: what a worker imports to read what it is sent."""
 
     def __init__(self) -> None:
-        super().__init__(_Nowhere(), pickle.HIGHEST_PROTOCOL)
+        super().__init__(_Nowhere())
         self.modules: set[str] = set()
 
     def reducer_override(self, obj: Any) -> Any:
         named = obj if isinstance(obj, type | types.FunctionType) else type(obj)
         self.modules.add(getattr(named, "__module__", None) or "builtins")
-        if isinstance(obj, Tensor):
-            return torch.empty, (0,)  # its values would only be copied into nothing
+        if isinstance(obj, Tensor | torch.UntypedStorage | torch.TypedStorage):
+            # Left out: torch's reducers would move their memory into shared memory.
+            return torch.empty, (0,)
         return NotImplemented
 
 
@@ -375,16 +371,15 @@ class _Nowhere:
 
 
 def modules_of(sent: Sequence[Any]) -> list[str]:
-    """The modules a worker imports to unpickle `sent` (the training script as `__main__`).
+    """The modules a worker imports to unpickle `sent`.
 
-    When something cannot be pickled here, the loader will say so itself; until then the
-    server imports what it did before this search existed: the training script and its
-    modules.
+    When something cannot be pickled here, the loader will say so itself, in its own words;
+    the server then imports only what it always does.
     """
     finder = _ModuleFinder()
     try:
         finder.dump(list(sent))
-    except Exception:  # the loader reports it, in its own words
-        return ["__main__"]
+    except Exception:  # the loader reports it
+        return []
     found = {"__main__" if name == "__mp_main__" else name for name in finder.modules}
     return sorted(found - {"builtins"})

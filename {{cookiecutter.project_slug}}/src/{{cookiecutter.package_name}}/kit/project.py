@@ -44,8 +44,11 @@ class Project:
 
         if not (isinstance(self.model, type) and issubclass(self.model, LightningModule)):
             raise ConfigError(f"Project(model={self.model!r}): give a LightningModule class")
-        if self.defaults is not None and not Path(self.defaults).is_file():
-            raise ConfigError(f"Project(defaults={str(self.defaults)!r}): no such file")
+        if self.defaults is not None:
+            if not Path(self.defaults).is_file():
+                raise ConfigError(f"Project(defaults={str(self.defaults)!r}): no such file")
+            # Read later, maybe from another working directory.
+            object.__setattr__(self, "defaults", Path(self.defaults).resolve())
 
 
 _current: list["Project | Callable[[], Project]"] = []

@@ -11,9 +11,11 @@ end it; the processes it forks start as any other process does, with SIGTERM unb
 """
 
 import os
+import random
 import signal
 import threading
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
@@ -25,8 +27,9 @@ os.register_at_fork(
 )
 
 
-def start_worker(worker_id: int, main_process: int) -> None:
-    """Set up a loader worker: SIGTERM ends it only when its main process sends it.
+def start_worker(worker_id: int, main_process: int, rank: int = 0) -> None:
+    """Set up a loader worker: SIGTERM ends it only when its main process sends it, and the
+    worker's random numbers differ from those of the other processes' workers.
 
     A SIGTERM to every process of the job (`kill -- -PGID`, `timeout`, a scheduler's time
     limit) would otherwise kill the workers first, and the main process would fail on a dead
@@ -34,12 +37,19 @@ def start_worker(worker_id: int, main_process: int) -> None:
     the trial as crashed). The main process ends its workers itself; a worker whose main
     process died exits within seconds (the loader's own watchdog).
 
-    Seeding needs nothing here: the loader seeds each worker's torch, random and NumPy from its
-    own generator and the worker's id (`ImageDataModule.worker_seeds`).
+    The loader has seeded the worker's torch, random and NumPy from its base seed and the
+    worker's id. The base seed is the same in every process of a run (each draws it from a
+    generator seeded alike, and a resumed run restores the first process's), so the process's
+    rank joins it here: the processes augment differently, and a resumed run as before.
     """
     if hasattr(signal, "sigwaitinfo"):  # Linux; elsewhere the default stays
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         threading.Thread(target=wait_for_sigterm, args=(main_process,), daemon=True).start()
+    if rank:  # the first process keeps the loader's seeds, as a single process does
+        state = np.random.SeedSequence([torch.initial_seed(), rank]).generate_state(4)
+        torch.manual_seed(int(state[0]) << 32 | int(state[1]))
+        random.seed(int(state[2]))
+        np.random.seed(state)
 
 
 def wait_for_sigterm(main_process: int) -> None:
