@@ -156,7 +156,7 @@ def plain_side(
     (no_grad), same backbone, optimizer, schedule, batch size and number of steps; with
     `test`, the accuracy of the last epoch's network on the test split too."""
     data = importlib.import_module(f"{package}.data")
-    model_module = importlib.import_module(f"{package}.model")
+    schedules = importlib.import_module(f"{package}.kit.schedules")
     datamodule = importlib.import_module(f"{package}.kit.datamodule")
     # The network and loss exactly as train.py builds them, seed and initial weights included
     # (the project's configs/default.yaml: ConvNet stored channels-last, label smoothing).
@@ -194,7 +194,7 @@ def plain_side(
 
     per_epoch = min(len(train_loader), limit or len(train_loader))
     optimizer = torch.optim.AdamW(network.parameters())
-    scheduler = model_module.warmup_cosine(optimizer, epochs * per_epoch, 0.05)
+    scheduler = schedules.warmup_cosine(optimizer, epochs * per_epoch, 0.05)
     loss_fn = model.loss  # the model's own (label smoothing included)
     epochs_timed, losses, val_losses = [], [], []
     for _ in range(epochs):

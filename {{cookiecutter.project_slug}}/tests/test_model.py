@@ -4,7 +4,6 @@ configs/default.yaml describes (its network, loss, optimizer), for the test data
 import logging
 import re
 from collections.abc import Callable
-from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from {{ cookiecutter.package_name }}.backbones import ConvNet, TimmBackbone, Tor
 from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.kit.cli import arguments_of, build_model
 from {{ cookiecutter.package_name }}.kit.layers import last_linear
-from {{ cookiecutter.package_name }}.model import ImageClassifier, warmup_cosine
+from {{ cookiecutter.package_name }}.model import ImageClassifier
 
 PENALTY = "--model.backbone.init_args.head_penalty"
 
@@ -137,21 +136,6 @@ def test_channels_last_leaves_lazy_parameters_to_their_first_forward() -> None:
     assert model.backbone[0].weight.is_contiguous(memory_format=torch.channels_last)
     assert not model.backbone[0].weight.is_contiguous()
     assert model(torch.randn(2, 3, 8, 8)).shape == (2, 10)
-
-
-def test_warmup_then_cosine_decay() -> None:
-    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = warmup_cosine(optimizer, total_steps=100, warmup_fraction=0.1)
-    lrs = []
-    for _ in range(100):
-        lrs.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    assert lrs[0] == pytest.approx(0.01)
-    assert lrs[10] == pytest.approx(1.0)
-    assert all(a < b for a, b in pairwise(lrs[:11]))  # rising during warmup
-    assert all(a >= b for a, b in pairwise(lrs[10:]))  # falling afterwards
-    assert lrs[-1] < 0.01
 
 
 # training_step called outside a Trainer: its self.log calls warn and do nothing.

@@ -14,6 +14,7 @@ import pytest
 import torch
 from test_train import RUN
 
+from {{ cookiecutter.package_name }}.kit.gpu_check import samples_per_second
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -91,6 +92,17 @@ def test_gpu_check_exits_cleanly_without_a_gpu() -> None:
     )
     assert result.returncode == 0
     assert "no CUDA GPU" in result.stdout
+
+
+def test_gpu_checks_measure_runs_the_configured_model_and_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the GPU check times, on this machine's CPU: the project's default model and data,
+    trained for a few steps (no run folder, no checkpoint)."""
+    monkeypatch.chdir(tmp_path)
+    rate = samples_per_second("32-true", steps=4, batch_size=8, accelerator="cpu")
+    assert rate > 0
+    assert not (tmp_path / "runs").exists()
 
 
 def torchrun(*args: str) -> list[str]:

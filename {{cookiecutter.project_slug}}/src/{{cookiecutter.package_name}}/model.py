@@ -1,38 +1,32 @@
 """The LightningModule: how a backbone is trained, evaluated and optimised."""
 
-import math
-import re
 from collections.abc import Callable
 
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from lightning.pytorch.utilities import grad_norm, rank_zero_info
+from lightning.pytorch.utilities import grad_norm
 from torch import Tensor, nn
-from torch.nn.parameter import is_lazy
 from torch.optim import Optimizer
-from torch.optim.lr_scheduler import (
-    CosineAnnealingLR,
-    LinearLR,
-    LRScheduler,
-    ReduceLROnPlateau,
-    SequentialLR,
-)
+from torch.optim.lr_scheduler import ReduceLROnPlateau
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from .backbones import ConvNet
 from .kit.errors import ConfigError
-from .kit.layers import features, last_linear
+from .kit.layers import (
+    contiguous_single_channel_grads,
+    features,
+    last_linear,
+    readable_name,
+    to_channels_last,
+)
+from .kit.schedules import warmup_cosine
 
 # (in_channels, num_classes) -> network; chosen in configs by class_path.
 BackboneFactory = Callable[[int, int], nn.Module]
 # () -> loss module, called as loss(logits, labels); chosen in configs by class_path.
 LossFactory = Callable[[], nn.Module]
-
-# Fewer optimizer steps than this leave the warmup and the cosine decay too little room to
-# train well (2 epochs of 600 images: 18 steps, a test accuracy near chance): said at start.
-SHORT_SCHEDULE = 100
 
 Batch = tuple[Tensor, Tensor]
 
@@ -148,9 +142,8 @@ class ImageClassifier(L.LightningModule):
                 group["lr"] *= self.hparams.backbone_lr_factor
         if self.scheduler is None:
             total = int(self.trainer.estimated_stepping_batches)
+            # A schedule too short for its warmup says so (one line, at start).
             scheduler = warmup_cosine(optimizer, total, self.hparams.warmup_fraction)
-            if total < SHORT_SCHEDULE:
-                rank_zero_info(short_schedule_note(total, self.hparams.warmup_fraction))
             return {
                 "optimizer": optimizer,
                 "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
@@ -227,70 +220,3 @@ class ImageClassifier(L.LightningModule):
         # put that gather after the progress bar's own sync on rank 0 only: a deadlock.
         metrics.update(logits, y)
         self.log_dict(metrics, prog_bar=True, on_step=False, on_epoch=True)
-
-
-def to_channels_last(network: nn.Module) -> None:
-    """Store the 4-D (image-shaped) parameters and buffers of `network` channels-last, in place.
-
-    Tensors with one channel keep their strides: their bytes are the same in both layouts.
-
-    Like `network.to(memory_format=torch.channels_last)`, which fails on a lazy module's
-    parameters before their first forward; those keep their layout here.
-    """
-    for tensor in [*network.parameters(), *network.buffers()]:
-        # With one input channel (a first convolution on greyscale images) both layouts hold
-        # the same bytes; only the strides differ, and DDP's gradient buckets expect the
-        # contiguous ones ("Grad strides do not match bucket view strides").
-        if not is_lazy(tensor) and tensor.dim() == 4 and tensor.shape[1] > 1:
-            tensor.data = tensor.data.contiguous(memory_format=torch.channels_last)
-
-
-def contiguous_single_channel_grads(network: nn.Module) -> None:
-    """Give the gradients of one-channel 4-D weights the strides of their weights.
-
-    Next to channels-last layers, a convolution on one input channel gets its weight's
-    gradient with channels-last strides. With one channel both describe the same bytes, but
-    DDP compares strides and warns at every run ("Grad strides do not match bucket view
-    strides"). Set where training starts (hooks are not pickled: ddp_spawn's processes set
-    their own); a second fit adds a second hook, which changes nothing.
-    """
-    for weight in network.parameters():
-        if not is_lazy(weight) and weight.dim() == 4 and weight.shape[1] == 1:
-            weight.register_hook(lambda grad: grad.clone(memory_format=torch.contiguous_format))
-
-
-def short_schedule_note(total_steps: int, warmup_fraction: float) -> str:
-    warmup = warmup_steps(total_steps, warmup_fraction)
-    return (
-        f"the learning rate warms up for {warmup} and decays to zero over only {total_steps} "
-        f"optimizer steps (fewer than {SHORT_SCHEDULE}): train longer (--max_epochs), use "
-        "smaller batches (--data.batch_size) or a constant rate (--model.scheduler)"
-    )
-
-
-def readable_name(network: nn.Module, name: str) -> str:
-    """A module's name with each list position replaced by its class in snake case:
-    head.1 -> head.l2_linear (the state_dict keys keep the positions)."""
-    parts, module = [], network
-    for part in name.split(".") if name else []:
-        module = module.get_submodule(part)
-        class_name = re.sub(r"(?<!^)(?=[A-Z][a-z])", "_", type(module).__name__).lower()
-        parts.append(class_name if part.isdigit() else part)
-    return ".".join(parts) or "backbone"
-
-
-def warmup_steps(total_steps: int, warmup_fraction: float) -> int:
-    return min(max(1, math.ceil(total_steps * warmup_fraction)), max(1, total_steps - 1))
-
-
-def warmup_cosine(optimizer: Optimizer, total_steps: int, warmup_fraction: float) -> LRScheduler:
-    """Linear warmup from 1% of the learning rate, then cosine decay to zero."""
-    warmup = warmup_steps(total_steps, warmup_fraction)
-    return SequentialLR(
-        optimizer,
-        schedulers=[
-            LinearLR(optimizer, start_factor=0.01, total_iters=warmup),
-            CosineAnnealingLR(optimizer, T_max=max(1, total_steps - warmup)),
-        ],
-        milestones=[warmup],
-    )
