@@ -36,7 +36,7 @@ FEATURE_FILES = {
     "deploy": [
         Path("export.py"), Path("predict.py"), Path("serve.py"),
         KIT / "export.py", KIT / "predict.py", KIT / "serve.py",
-        KIT / "inference.py",
+        KIT / "inference.py", PACKAGE / "inputs.py",
     ],
     "sweep": [
         Path("sweep.py"), KIT / "sweep.py", KIT / "search_space.py",

@@ -28,6 +28,7 @@ FEATURE_FILES = {
     "deploy": [
         "export.py", "predict.py", "serve.py", "{package}/kit/export.py",
         "{package}/kit/predict.py", "{package}/kit/serve.py", "{package}/kit/inference.py",
+        "{package}/inputs.py",
     ],
     "sweep": [
         "sweep.py", "{package}/kit/sweep.py", "{package}/kit/search_space.py",

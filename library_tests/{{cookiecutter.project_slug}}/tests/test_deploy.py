@@ -87,7 +87,8 @@ def test_export_every_format_predicts_like_the_checkpoint(
         assert metadata["input_shape"] == list(load_model(best)[0].hparams.input_shape)
         assert "torch" in metadata["versions"]
         # The preprocessing as data, checked against the data module's transform.
-        assert metadata["metadata_version"] == 2
+        assert metadata["metadata_version"] == 3
+        assert metadata["inputs"] == "{{ cookiecutter.package_name }}.inputs"  # it preprocesses
         assert set(metadata["preprocessing"]) == {
             "mode", "resize", "interpolation", "center_crop", "value_range"
         }  # fmt: skip
@@ -203,6 +204,16 @@ def test_an_artifact_exported_before_the_preprocessing_was_data_predicts_as_befo
     files = write_images(tmp_path / "images")[:-1]
     checkpoint = load_classifier(best)
     expected = classify(checkpoint, files)
+    # Version 2 named no inputs module: the project's own (handed over) reads the inputs.
+    for artifact in artifacts:
+        metadata = json.loads(metadata_path(artifact).read_text())
+        del metadata["inputs"]
+        version_2 = tmp_path / f"version-2{artifact.suffix}"
+        shutil.copy(artifact, version_2)
+        metadata_path(version_2).write_text(json.dumps({**metadata, "metadata_version": 2}))
+        then, now = load_classifier(version_2), load_classifier(artifact)
+        for file in files:
+            assert torch.equal(then.input_of(file), now.input_of(file))
     for artifact, data_class in itertools.product(artifacts, (True, False)):
         old = tmp_path / f"old-{data_class}{artifact.suffix}"
         shutil.copy(artifact, old)
@@ -211,7 +222,7 @@ def test_an_artifact_exported_before_the_preprocessing_was_data_predicts_as_befo
         classifier = load_classifier(old)
         # Images go through the data module's transform, exactly as before.
         for file in files:
-            assert torch.equal(classifier.read_image(file), checkpoint.read_image(file))
+            assert torch.equal(classifier.input_of(file), checkpoint.input_of(file))
         rows = classify(classifier, files)
         assert [row["class"] for row in rows] == [row["class"] for row in expected]
         for row, reference in zip(rows, expected, strict=True):
@@ -239,13 +250,14 @@ def test_a_transform_the_metadata_cannot_describe_leaves_preprocessing_to_the_da
     files = write_images(tmp_path / "images")[:-1]
     classifier, checkpoint = load_classifier(artifact), load_classifier(last)
     for file in files:
-        assert torch.equal(classifier.read_image(file), checkpoint.read_image(file))
+        assert torch.equal(classifier.input_of(file), checkpoint.input_of(file))
 
 
 # The only modules of the project that predicting and serving an exported artifact import: the
 # entry scripts' hand-over (project.py) does not import the model.
 ARTIFACT_MODULES = (
-    "kit", "kit.errors", "kit.inference", "kit.predict", "kit.project", "kit.serve", "project"
+    "inputs", "kit", "kit.errors", "kit.inference", "kit.predict", "kit.project", "kit.serve",
+    "project",
 )  # fmt: skip
 # Predict and serve artifacts in a fresh process, then list the modules it imported.
 ISOLATED = """
@@ -255,7 +267,7 @@ from pathlib import Path
 from {{ cookiecutter.package_name }}.kit.inference import load_classifier
 from {{ cookiecutter.package_name }}.kit.predict import predict
 from {{ cookiecutter.package_name }}.kit.project import use
-from {{ cookiecutter.package_name }}.kit.serve import ClassifierAPI, ImageRequest
+from {{ cookiecutter.package_name }}.kit.serve import ClassifierAPI, InputRequest
 from {{ cookiecutter.package_name }}.project import project
 
 use(project)  # as predict.py and serve.py do
@@ -266,7 +278,7 @@ for artifact in map(Path, sys.argv[2:]):
     (row,) = predict(load_classifier(artifact), [image])
     api = ClassifierAPI(artifact)
     api.setup("cpu")
-    request = ImageRequest(image=base64.b64encode(image.read_bytes()).decode())
+    request = InputRequest(image=base64.b64encode(image.read_bytes()).decode())
     served = api.encode_response(api.predict(api.decode_request(request)))
     answers[artifact.suffix] = [row["class"], row["probability"], served["class"],
                                 served["probability"]]
@@ -497,7 +509,7 @@ def test_server_answers_images_and_rejects_bad_requests(server: str, tmp_path: P
     artifact = next(Path("runs").rglob("export/*.onnx"))
     assert answer["class"] == load_classifier(artifact).class_names[
         int(load_classifier(artifact).probabilities(
-            load_classifier(artifact).read_image(files[0]).unsqueeze(0)).argmax())
+            load_classifier(artifact).input_of(files[0]).unsqueeze(0)).argmax())
     ]  # fmt: skip
 
     with ThreadPoolExecutor(max_workers=6) as pool:

@@ -1,11 +1,15 @@
 """The library trains a project of another kind: points, not images (tests/toy.py).
 
 What the library does with a project's model and data (fit, test, checkpoints, the run
-folder, --monitor, resume, repeats, the runs table) takes nothing of images; the project
-hands over its model class and its defaults file, as the entry scripts hand over this one's.
+folder, --monitor, resume, repeats, the runs table{% if cookiecutter.deploy == "yes" %}, export, prediction, serving{% endif %}) takes nothing of
+images; the project hands over its model class, its defaults file and its inputs module
+(toy_inputs.py), as the entry scripts hand over this one's.
 """
 
 import ast
+{%- if cookiecutter.deploy == "yes" %}
+import base64
+{%- endif %}
 import csv
 import io
 import json
@@ -14,11 +18,22 @@ from pathlib import Path
 
 import pytest
 import toy
+{%- if cookiecutter.deploy == "yes" %}
+from fastapi import HTTPException
+{%- endif %}
 
 from {{ cookiecutter.package_name }}.kit import project as handover
 from {{ cookiecutter.package_name }}.kit.cli import project_defaults
+{%- if cookiecutter.deploy == "yes" %}
+from {{ cookiecutter.package_name }}.kit.export import main as export
+from {{ cookiecutter.package_name }}.kit.inference import metadata_path
+from {{ cookiecutter.package_name }}.kit.predict import main as predict
+{%- endif %}
 from {{ cookiecutter.package_name }}.kit.repeat import run as repeat
 from {{ cookiecutter.package_name }}.kit.results import table
+{%- if cookiecutter.deploy == "yes" %}
+from {{ cookiecutter.package_name }}.kit.serve import ClassifierAPI, InputRequest
+{%- endif %}
 from {{ cookiecutter.package_name }}.kit.train import main
 
 KIT = Path(handover.__file__).parent
@@ -31,7 +46,9 @@ def points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     defaults = toy.write_defaults(project_defaults(), tmp_path)
     monkeypatch.chdir(tmp_path)
     previous = handover.handed_over()
-    handover.use(handover.Project(model=toy.PointClassifier, defaults=defaults))
+    handover.use(
+        handover.Project(model=toy.PointClassifier, defaults=defaults, inputs="toy_inputs")
+    )
     yield tmp_path
     handover.use(previous)
 
@@ -78,24 +95,42 @@ def library_imports(module: Path) -> set[str]:
     return found
 
 
-def training_modules() -> set[Path]:
-    """The library's modules that train.py, repeat.py and results.py import, transitively."""
-    seen: set[Path] = set()
-    todo = [KIT / name for name in ("train.py", "repeat.py", "results.py")]
-    while todo:
-        module = todo.pop()
-        if module in seen:
-            continue
-        seen.add(module)
-        for node in ast.walk(ast.parse(module.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-                todo.append(KIT / f"{node.module}.py")
-    return seen
-
-
-def test_the_library_that_trains_imports_no_image_library() -> None:
-    found = {
-        module.name: sorted(library_imports(module) & IMAGE_LIBRARIES)
-        for module in training_modules()
-    }
+def test_the_library_imports_no_image_library() -> None:
+    modules = sorted(KIT.glob("*.py"))
+    assert {"train.py", "repeat.py", "results.py"} <= {module.name for module in modules}
+    found = {module.name: sorted(library_imports(module) & IMAGE_LIBRARIES) for module in modules}
     assert {name: found_ for name, found_ in found.items() if found_} == {}
+{%- if cookiecutter.deploy == "yes" %}
+
+
+def test_a_project_of_points_exports_predicts_and_serves(points: Path) -> None:
+    main([])
+    (artifact,) = export(["--ckpt_path", "best", "--format", "onnx"])
+    metadata = json.loads(metadata_path(artifact).read_text())
+    assert (metadata["inputs"], metadata["preprocessing"]) == ("toy_inputs", {})
+    folder = points / "points"
+    folder.mkdir()
+    for name, text in [("a", "-2 -2"), ("b", "2 -2.5"), ("c", "0.1 2.4"), ("z", "hello")]:
+        (folder / f"{name}.txt").write_text(text)
+    assert predict(["--model", str(artifact), str(folder), "--output", "rows.json"]) == 1
+    rows = json.loads((points / "rows.json").read_text())
+    assert [row["class"] for row in rows] == ["south-west", "south-east", "north", None]
+    assert rows[-1]["error"] == "not two numbers: b'hello'"
+
+    api = ClassifierAPI(artifact)
+    api.setup("cpu")
+
+    def served(body: dict) -> dict:
+        return api.encode_response(api.predict(api.decode_request(InputRequest(**body))))
+
+    assert served({"point": base64.b64encode(b"2 -2").decode()})["class"] == "south-east"
+    for body, status in [({"image": "x"}, 422), ({"point": "x!"}, 400), ({"point": "aGk="}, 415)]:
+        with pytest.raises(HTTPException) as refused:
+            served(body)
+        assert refused.value.status_code == status
+    with pytest.raises(HTTPException) as refused:
+        served({"point": base64.b64encode(b"1 " * 60).decode()})
+    assert (refused.value.status_code, refused.value.detail) == (
+        413, "a point is at most 100 characters"
+    )  # fmt: skip
+{%- endif %}

@@ -1,7 +1,7 @@
 """What this project hands the library (kit/): its model class, imported when a run first needs
-it (predicting with an exported file imports neither Lightning nor the model). The data
-module's class is the config's (data.class_path); kit/project.py lists what the library
-expects of both."""
+it (predicting with an exported file imports neither Lightning nor the model){% if cookiecutter.deploy == "yes" %}, and the module
+that reads its inputs outside training (inputs.py, by name){% endif %}. The data module's class
+is the config's (data.class_path); kit/project.py lists what the library expects of them."""
 
 from .kit.project import Project
 
@@ -9,4 +9,10 @@ from .kit.project import Project
 def project() -> Project:
     from .model import ImageClassifier
 
+{%- if cookiecutter.deploy == "yes" %}
+
+    return Project(model=ImageClassifier, inputs=f"{__package__}.inputs")
+{%- else %}
+
     return Project(model=ImageClassifier)
+{%- endif %}

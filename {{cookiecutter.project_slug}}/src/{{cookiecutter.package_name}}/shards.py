@@ -30,20 +30,14 @@ from torchvision import datasets
 from .data import MEAN, STD, DataModule, eval_transform, prediction_transform, train_transform
 from .kit.datamodule import ImageDataModule, usable_cpus
 from .kit.errors import ConfigError
+from .kit.workers import file_sample as encode  # what the conversion's workers run
 
 SPLITS = ("train", "val", "test")
 # Written last: shards without it are not a finished conversion.
 METADATA = "classes.json"
 # Which images each finished split holds, so that a changed folder is converted again.
 CONVERTED = "converted.json"
-
-
-def encode(sample: list) -> dict[str, Any]:
-    """One shard item: the image file's bytes as they are (still encoded), its label, and
-    the file it came from, to name it (as bytes: LitData stores a text that names an image
-    file as that file's pixels)."""
-    path, label = sample
-    return {"image": Path(path).read_bytes(), "label": label, "file": path.encode()}
+IMAGES_PER_WORKER = 1000
 
 
 def location_of(location: str, name: str) -> str:
@@ -132,8 +126,9 @@ def fingerprint(samples: list[list]) -> str:
 
 
 def default_workers(items: int) -> int:
-    """Every CPU this process may use, but no more processes than images."""
-    return max(1, min(usable_cpus() or 1, items))
+    """A process per IMAGES_PER_WORKER images, at most every CPU this process may use: each
+    process LitData starts costs a second or two before it converts anything."""
+    return max(1, min(usable_cpus() or 1, items // IMAGES_PER_WORKER))
 
 
 def convert(
@@ -390,7 +385,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="without a val folder: the share of train held out (as training from the folder)",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="of that share (as data.seed)")
-    parser.add_argument("--workers", type=int, default=None, help="default: every CPU")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="default: one per 1000 images, at most every CPU"
+    )
     parser.add_argument("--chunk_bytes", default="64MB", help="the size of one shard")
     args = parser.parse_args(argv)
     try:

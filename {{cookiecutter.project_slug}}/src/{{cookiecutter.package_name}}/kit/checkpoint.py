@@ -114,8 +114,9 @@ def build_model(
     """The project's model described by `hparams` with the given weights, in eval mode."""
     # LightningCLI records which function built the model; the arguments are the rest.
     arguments = {key: value for key, value in hparams.items() if key != "_instantiator"}
-    # Inference runs uncompiled; compiling only pays off over many training steps.
-    model = instantiate_module(current().model, {**arguments, "compile": False})
+    if "compile" in arguments:  # a model that can compile: inference runs uncompiled, since
+        arguments["compile"] = False  # compiling only pays off over many training steps
+    model = instantiate_module(current().model, arguments)
     load_weights(model, state_dict, source)
     return model.eval()
 
@@ -145,13 +146,15 @@ def class_names(checkpoint: dict[str, Any], path: Path) -> list[str]:
 def data_class(class_path: str | None) -> type[ImageDataModule]:
     """The data module class of a run: it knows the normalisation and the preprocessing.
 
-    Only a class of this package is imported (the name comes from a file).
+    Only a class of the project's package is imported (the name comes from a file): the
+    package that holds this library, or the one of the model class the project hands over.
     """
     package = __package__.rpartition(".")[0]  # the project's package, which holds this one
     class_path = class_path or f"{package}.data.DataModule"  # files from before it was saved
     module, _, name = class_path.rpartition(".")
     found = None
-    if module == package or module.startswith(f"{package}."):
+    trusted = (package, current().model.__module__.partition(".")[0])
+    if any(module == top or module.startswith(f"{top}.") for top in trusted):
         with contextlib.suppress(ImportError):
             found = getattr(importlib.import_module(module), name, None)
     if not (isinstance(found, type) and issubclass(found, ImageDataModule)):

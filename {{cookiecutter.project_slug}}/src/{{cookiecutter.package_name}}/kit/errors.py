@@ -14,3 +14,12 @@ def config_error_in(error: BaseException) -> ConfigError | None:
     while error is not None and not isinstance(error, ConfigError):
         error = error.__cause__ or error.__context__
     return error
+
+
+class UnreadableInputError(ValueError):
+    """An input (a file to predict, a request's payload) that the project cannot read; the
+    message says why, for the one who sent it."""
+
+
+class InputTooLargeError(UnreadableInputError):
+    """An input too large to read (a server answers 413)."""

@@ -4,25 +4,22 @@ Every artifact is loaded back the way predict.py loads it and must give the
 LightningModule's logits on a real validation batch, for batch sizes 1 and 7,
 within `tolerance`; otherwise it is deleted and the export fails.
 
-The metadata file beside each artifact holds the preprocessing as data (`preprocessing`:
-mode, resize, centre crop, value range; with `mean`, `std`, `input_shape`), measured from
-the data module's `prediction_transform` and checked against it, so that serving needs
-neither Lightning nor this project's classes (see `inference.preprocess`).
+The metadata file beside each artifact holds the preprocessing as data (`preprocessing`, with
+`mean`, `std`, `input_shape`), which the project's inputs module measures from the data module's
+`prediction_transform` and checks against it (`describe`), and that module's name (`inputs`),
+which applies it (`preprocess`): serving needs neither Lightning nor this project's classes.
 """
 
 import copy
 import json
 import sys
-from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from jsonargparse import ArgumentParser
 from lightning.pytorch import LightningModule
-from PIL import Image
 from torch import Tensor
 from torch.export import Dim
 from torch.utils.data import default_collate
@@ -37,16 +34,15 @@ from .checkpoint import (
 )
 from .cli import build_cli
 from .errors import ConfigError
-from .inference import METADATA_VERSION, load_classifier, metadata_path, preprocess
+from .inference import METADATA_VERSION, load_classifier, metadata_path
+from .project import current
 from .runs import quiet_known_noise
 
 SUFFIX = {"onnx": ".onnx", "torch_export": ".pt2", "state_dict": ".pt"}
 TOLERANCE = 1e-4
 BATCH_SIZES = (1, 7)
-# The batch dimension stays dynamic in every format; images keep their trained size.
+# The batch dimension stays dynamic in every format; inputs keep their trained shape.
 DYNAMIC_BATCH = ({0: Dim.DYNAMIC},)
-# The image mode of each channel count that the preprocessing can be recorded for.
-MODES = {1: "L", 3: "RGB"}
 
 
 class ParityError(RuntimeError):
@@ -70,12 +66,13 @@ def export(
     output_dir.mkdir(parents=True, exist_ok=True)
     transform = data_module.prediction_transform(input_shape)
     mean, std = list(data_module.mean), list(data_module.std)
-    steps, check = describe_preprocessing(transform, input_shape, mean, std)
+    inputs = current().input_reader()
+    steps, check = inputs.describe(transform, input_shape, mean, std)
     if steps is None:
         print(
             f"note: {data_module.__qualname__}.prediction_transform is not one the metadata can "
-            "record as data (an image mode, a resize, a centre crop, a value range, mean and "
-            "std); the artifacts preprocess with the data module, so they need this project",
+            f"record as data ({inputs.__name__}.describe found none); the artifacts preprocess "
+            "with the data module, so they need this project",
             file=sys.stderr,
         )
     metadata = {
@@ -87,6 +84,7 @@ def export(
         "mean": mean,
         "std": std,
         "preprocessing": steps,
+        "inputs": inputs.__name__,
         "transform": repr(transform),
         "output": "logits; their softmax gives the class probabilities",
         "hyper_parameters": content["hyper_parameters"],
@@ -105,75 +103,6 @@ def export(
         print(f"{name}: {artifact} (max |difference| {parity['max_abs_diff']:.2e} <= {tolerance})")
         artifacts.append(artifact)
     return artifacts
-
-
-def describe_preprocessing(
-    transform: Callable[[Image.Image], Tensor],
-    input_shape: tuple[int, int, int],
-    mean: list[float],
-    std: list[float],
-) -> tuple[dict[str, Any] | None, dict[str, float]]:
-    """The data module's prediction transform as data for `inference.preprocess`, and its check.
-
-    Measured, then checked: black and white images give the value range the 8-bit values
-    map onto; of the two geometries of torchvision preprocessing (a resize to the input size;
-    the shorter side resized, then a centre crop), the first that reproduces `transform` on
-    random images of other sizes and shapes, to within one 8-bit step of the model's input,
-    is kept. (None, {}) when no description reproduces it.
-    """
-    channels, height, width = input_shape
-    if channels not in MODES:
-        return None, {}
-    centre, spread = (torch.tensor(v, dtype=torch.float32).reshape(-1, 1, 1) for v in (mean, std))
-    black, white = (
-        torch.as_tensor(transform(Image.new("RGB", (width, height), (value,) * 3))) * spread
-        + centre
-        for value in (0, 255)
-    )
-    low, high = (round(float(values.mean()), 4) + 0.0 for values in (black, white))
-    tolerance = 1.01 * abs(high - low) / 255 / min(std)  # one 8-bit step, and float rounding
-    geometries = (
-        {"resize": [height, width], "center_crop": None},
-        {"resize": max(height, width), "center_crop": [height, width]},
-    )
-    for geometry in geometries:
-        steps = {
-            "mode": MODES[channels],
-            "resize": geometry["resize"],
-            "interpolation": "bilinear",
-            "center_crop": geometry["center_crop"],
-            "value_range": [low, high],
-        }
-        difference = max(
-            preprocessing_difference(transform, steps, image, mean, std)
-            for image in probe_images(height, width)
-        )
-        if difference <= tolerance:
-            return steps, {"max_abs_diff": difference, "tolerance": tolerance}
-    return None, {}
-
-
-def probe_images(height: int, width: int) -> list[Image.Image]:
-    """Random RGB images of the input's size, wider, taller and larger (seeded)."""
-    rng = np.random.default_rng(0)
-    sizes = [(width, height), (2 * width + 3, height + 1), (width + 1, 2 * height + 5)]
-    sizes.append((3 * width + 1, 3 * height + 2))
-    return [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for w, h in sizes]
-
-
-def preprocessing_difference(
-    transform: Callable[[Image.Image], Tensor],
-    steps: dict[str, Any],
-    image: Image.Image,
-    mean: list[float],
-    std: list[float],
-) -> float:
-    """Largest |difference| between `transform` and `steps` on one image (inf: other shape)."""
-    expected = torch.as_tensor(transform(image))
-    recorded = torch.from_numpy(preprocess(image, steps, mean, std))
-    if expected.shape != recorded.shape:
-        return float("inf")
-    return (expected.float() - recorded).abs().max().item()
 
 
 def validation_batch(checkpoint: Path, size: int) -> Tensor:

@@ -1,11 +1,12 @@
-"""Load a checkpoint or an exported artifact as one kind of classifier, and read images for it.
+"""Load a checkpoint or an exported artifact as one kind of classifier, with the project's
+inputs module to read its inputs.
 
 Every format runs the network only; probabilities are the softmax of the logits. A checkpoint
 preprocesses with its data module's `prediction_transform`. An exported artifact carries its
-preprocessing as data in its metadata file (`preprocess` below applies it with numpy and
-Pillow), so an ONNX or torch.export artifact loads and predicts without Lightning and without
-the project's model and data classes; those are imported only for a checkpoint, a state_dict
-and an artifact exported before the preprocessing was recorded as data.
+preprocessing as data in its metadata file, with the name of the inputs module that applies
+it (`preprocess`), so an ONNX or torch.export artifact loads and predicts without Lightning
+and without the project's model and data classes; those are imported only for a checkpoint, a
+state_dict and an artifact exported before the preprocessing was recorded as data.
 """
 
 import json
@@ -14,36 +15,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from PIL import Image
 from torch import Tensor
 
 from .errors import ConfigError
+from .project import Inputs, current, inputs_module
 
 FORMATS = {".ckpt": "checkpoint", ".onnx": "onnx", ".pt2": "torch_export", ".pt": "state_dict"}
-# 2: `preprocessing` is the preprocessing as data. Before (no `metadata_version`), it was the
-# data module's transform as text, and `data_class` preprocessed images.
-METADATA_VERSION = 2
-STEPS = ("mode", "resize", "interpolation", "center_crop", "value_range")
+# 3: `inputs` names the inputs module. 2: `preprocessing` is the preprocessing as data. Before
+# (no `metadata_version`), it was the data module's transform as text, and `data_class`
+# preprocessed.
+METADATA_VERSION = 3
 
 
 @dataclass
 class Classifier:
-    """A network (batch -> logits) with what it needs to read images and name classes."""
+    """A network (batch -> logits) with what it needs to read inputs and name classes."""
 
     network: Callable[[Tensor], Tensor]
     class_names: list[str]
-    input_shape: tuple[int, int, int]
-    transform: Callable[[Image.Image], Tensor]  # an RGB image -> one model input
+    input_shape: tuple[int, ...]
+    inputs: Inputs
+    transform: Callable[[Any], Tensor]  # a read input -> one model input
 
-    def read_image(self, path: Path) -> Tensor:
-        """One image file as model input; an undecodable file raises OSError or ValueError."""
-        with Path(path).open("rb") as file, Image.open(file) as image:
-            return self.transform(image.convert("RGB"))
-
-    def to_input(self, image: Image.Image) -> Tensor:
-        return self.transform(image.convert("RGB"))
+    def input_of(self, source: Path | bytes) -> Tensor:
+        """One input file, or its bytes, as model input; raises errors.UnreadableInputError."""
+        return self.transform(self.inputs.read(source))
 
     def probabilities(self, batch: Tensor) -> Tensor:
         with torch.inference_mode():
@@ -70,13 +67,17 @@ def load_classifier(path: str | Path) -> Classifier:
         shape = tuple(checkpoint["hyper_parameters"]["input_shape"])
         data = data_class(data_state(checkpoint, path).get("class_path"))
         transform = data.prediction_transform(shape)
-        return Classifier(model, class_names(checkpoint, path), shape, transform)
+        inputs = current().input_reader()
+        return Classifier(model, class_names(checkpoint, path), shape, inputs, transform)
     metadata = read_metadata(path)
     network = {"onnx": onnx_network, "torch_export": exported_network}.get(kind)
     network = network(path) if network else state_dict_network(path, metadata)
     shape = tuple(metadata["input_shape"])
-    transform = artifact_transform(metadata, metadata_path(path))
-    return Classifier(network, metadata["class_names"], shape, transform)
+    # Before version 3, the project's own inputs module (the one it hands over) reads them.
+    name = metadata.get("inputs")
+    inputs = inputs_module(name, str(path)) if name else current().input_reader()
+    transform = artifact_transform(metadata, metadata_path(path), inputs)
+    return Classifier(network, metadata["class_names"], shape, inputs, transform)
 
 
 def read_metadata(artifact: Path) -> dict[str, Any]:
@@ -89,8 +90,10 @@ def read_metadata(artifact: Path) -> dict[str, Any]:
         raise ConfigError(f"{path} is not valid JSON ({error})") from None
 
 
-def artifact_transform(metadata: dict[str, Any], source: Path) -> Callable[[Image.Image], Tensor]:
-    """An RGB image -> model input, from the preprocessing the metadata records as data.
+def artifact_transform(
+    metadata: dict[str, Any], source: Path, inputs: Inputs
+) -> Callable[[Any], Tensor]:
+    """A read input -> model input, from the preprocessing the metadata records as data.
 
     Metadata without it (an export from before, where `preprocessing` was the transform's
     text, or a data module whose transform the export could not describe) names the data
@@ -103,44 +106,10 @@ def artifact_transform(metadata: dict[str, Any], source: Path) -> Callable[[Imag
         return data_class(metadata.get("data_class")).prediction_transform(
             tuple(metadata["input_shape"])
         )
-    if missing := [key for key in STEPS if key not in steps]:
+    if missing := [key for key in inputs.STEPS if key not in steps]:
         raise ConfigError(f"{source}: 'preprocessing' lacks {', '.join(missing)}")
     mean, std = metadata["mean"], metadata["std"]
-    return lambda image: torch.from_numpy(preprocess(image, steps, mean, std))
-
-
-def preprocess(
-    image: Image.Image, steps: dict[str, Any], mean: list[float], std: list[float]
-) -> np.ndarray:
-    """One image -> one model input (C, H, W, float32), with numpy and Pillow only.
-
-    `steps` is the metadata's `preprocessing`: the image is converted to `mode` ("L" or
-    "RGB"), resized with `interpolation` to `resize` ([height, width], or an int: the
-    shorter side's length, keeping the aspect ratio), cut to its `center_crop` ([height,
-    width], or null), and its 8-bit values 0..255 are mapped linearly onto `value_range`
-    (the pixel values the model was trained on: [0, 1], or the digits' [0, 16]); then
-    `(x - mean) / std` per channel.
-    """
-    image = image.convert("RGB").convert(steps["mode"])
-    width, height = image.size
-    size = steps["resize"]
-    if isinstance(size, int):  # torchvision's rule: the longer side is rounded down
-        short, long = sorted((width, height))
-        new_long = int(size * long / short)
-        height, width = (new_long, size) if width <= height else (size, new_long)
-    else:
-        height, width = size
-    if (width, height) != image.size:
-        image = image.resize((width, height), Image.Resampling[steps["interpolation"].upper()])
-    if crop := steps.get("center_crop"):
-        top, left = round((height - crop[0]) / 2), round((width - crop[1]) / 2)
-        image = image.crop((left, top, left + crop[1], top + crop[0]))
-    pixels = np.asarray(image, dtype=np.float32)
-    pixels = pixels.reshape(*pixels.shape[:2], -1).transpose(2, 0, 1) * np.float32(1 / 255)
-    low, high = steps["value_range"]
-    pixels = pixels * np.float32(high - low) + np.float32(low)
-    shift, spread = (np.asarray(v, dtype=np.float32).reshape(-1, 1, 1) for v in (mean, std))
-    return np.ascontiguousarray((pixels - shift) / spread)
+    return lambda raw: torch.from_numpy(inputs.preprocess(raw, steps, mean, std))
 
 
 def onnx_network(path: Path) -> Callable[[Tensor], Tensor]:

@@ -1,4 +1,5 @@
-"""Classify image files with a checkpoint or an exported artifact.
+"""Classify input files (the project's inputs module reads them) with a checkpoint or an
+exported artifact.
 
 python predict.py --model runs/default/version_<N>/export/best.onnx images/ cat.png
 python predict.py --model best.ckpt images/ --output preds.csv     (or .json)
@@ -14,24 +15,23 @@ from pathlib import Path
 
 import torch
 from jsonargparse import ArgumentParser
-from PIL import Image, UnidentifiedImageError
-from torchvision.datasets.folder import IMG_EXTENSIONS
 
-from .errors import ConfigError
+from .errors import ConfigError, UnreadableInputError
 from .inference import Classifier, load_classifier
+from .project import Inputs
 
 OUTPUT_SUFFIXES = (".csv", ".json")
 Row = dict[str, str | float | None]
 
 
-def image_files(inputs: list[Path]) -> list[Path]:
-    """The files given, and the image files found under the folders given, in sorted order."""
+def input_files(inputs: list[Path], reader: Inputs) -> list[Path]:
+    """The files given, and the input files found under the folders given, in sorted order."""
     files = []
     for path in inputs:
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMG_EXTENSIONS)
+            found = reader.files_in(path)
             if not found:
-                raise ConfigError(f"{path} holds no image files ({', '.join(IMG_EXTENSIONS)})")
+                raise ConfigError(f"{path} holds no {reader.ACCEPTED}")
             files += found
         elif path.is_file():
             files.append(path)
@@ -47,10 +47,9 @@ def predict(classifier: Classifier, files: list[Path], batch_size: int = 64) -> 
     for path in files:
         row: Row = {"file": str(path), "class": None, "probability": None, "error": None}
         try:
-            readable.append((row, classifier.read_image(path)))
-        except (OSError, ValueError, Image.DecompressionBombError) as error:
-            unknown = isinstance(error, UnidentifiedImageError)
-            row["error"] = "not an image file" if unknown else f"cannot decode image: {error}"
+            readable.append((row, classifier.input_of(path)))
+        except UnreadableInputError as error:
+            row["error"] = str(error)
         rows.append(row)
     for start in range(0, len(readable), batch_size):
         chunk = readable[start : start + batch_size]
@@ -84,19 +83,19 @@ def write(rows: list[Row], output: Path) -> None:
 
 def main(args: list[str] | None = None) -> int:
     """Print (or write) the predictions; return 1 if any input failed, else 0."""
-    parser = ArgumentParser(description="Classify image files.")
+    parser = ArgumentParser(description="Classify files with a checkpoint or an exported model.")
     parser.add_argument("--model", type=Path, required=True, help=".ckpt, .onnx, .pt2 or .pt file")
     parser.add_argument("--output", type=Path | None, default=None, help="preds.csv or preds.json")
     parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("inputs", nargs="+", type=Path, help="Image files or folders.")
+    parser.add_argument("inputs", nargs="+", type=Path, help="Files or folders.")
     config = parser.parse_args(args)
     try:
         if config.output and config.output.suffix not in OUTPUT_SUFFIXES:
             raise ConfigError(
                 f"--output {config.output} must end in {' or '.join(OUTPUT_SUFFIXES)}"
             )
-        files = image_files(config.inputs)
         classifier = load_classifier(config.model)
+        files = input_files(config.inputs, classifier.inputs)
     except ConfigError as error:
         sys.exit(f"error: {error}")
     rows = predict(classifier, files, config.batch_size)

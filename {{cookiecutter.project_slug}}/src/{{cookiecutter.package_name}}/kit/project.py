@@ -17,17 +17,73 @@ The data module class provides what datamodule.ImageDataModule documents (class 
 shape, normalisation, prediction transform), checked by its `check_contract` at start.
 Every default of the command line is in one YAML file: the project's configs/default.yaml,
 unless the Project names another (`defaults`).
+Outside training (export, predict, serve), the library reads inputs with the project's inputs
+module (`inputs`, by name: an exported model's metadata records it), which `Inputs` describes.
 """
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import ConfigError
 
 if TYPE_CHECKING:  # imported when used: predicting from an exported file needs no Lightning
     from lightning.pytorch import LightningModule
+    from numpy import ndarray
+
+
+class Inputs(Protocol):
+    """What the library uses of a project's inputs module (export, predict, serve). It should
+    import neither Lightning nor the model: serving an exported model imports it."""
+
+    FIELD: str  # the key of serve.py's JSON request that holds one input, base64-encoded
+    ONE_FILE: str  # one input file, in words ("an image file")
+    ACCEPTED: str  # the files it reads, in words ("PNG, JPEG or other image files")
+    STEPS: tuple[str, ...]  # the keys that a recorded preprocessing (describe's answer) holds
+
+    @staticmethod
+    def files_in(folder: Path) -> list[Path]:
+        """The input files under a folder, sorted ([]: none)."""
+
+    @staticmethod
+    def read(source: Path | bytes) -> Any:
+        """One input from its file or bytes; raises errors.UnreadableInputError (an input
+        too large: InputTooLargeError)."""
+
+    @staticmethod
+    def preprocess(
+        raw: Any, steps: dict[str, Any], mean: list[float], std: list[float]
+    ) -> "ndarray":
+        """A read input -> one model input, from the preprocessing recorded as data."""
+
+    @staticmethod
+    def describe(
+        transform: Callable[[Any], Any],
+        input_shape: tuple[int, ...],
+        mean: list[float],
+        std: list[float],
+    ) -> tuple[dict[str, Any] | None, dict[str, float]]:
+        """The data module's prediction transform as data for `preprocess` (None: it cannot be
+        recorded), and how closely `preprocess` reproduces it."""
+
+
+def inputs_module(name: str, origin: str) -> Inputs:
+    """The inputs module of that name; a one-line error naming `origin` if it cannot be had."""
+    try:
+        module = importlib.import_module(name)
+    except ImportError as error:
+        raise ConfigError(
+            f"{origin}: its inputs module {name} cannot be imported ({error})"
+        ) from None
+    members = [*Inputs.__annotations__, "files_in", "read", "preprocess", "describe"]
+    if missing := [member for member in members if not hasattr(module, member)]:
+        raise ConfigError(
+            f"{origin}: inputs module {name} lacks {', '.join(missing)} (kit.project.Inputs)"
+        )
+    return module  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -38,6 +94,7 @@ class Project:
 
     model: "type[LightningModule]"
     defaults: Path | None = None
+    inputs: str | ModuleType | None = None  # the inputs module, or its name (kept as the name)
 
     def __post_init__(self) -> None:
         from lightning.pytorch import LightningModule
@@ -49,6 +106,19 @@ class Project:
                 raise ConfigError(f"Project(defaults={str(self.defaults)!r}): no such file")
             # Read later, maybe from another working directory.
             object.__setattr__(self, "defaults", Path(self.defaults).resolve())
+        if isinstance(self.inputs, ModuleType):  # a name pickles (a server's workers)
+            object.__setattr__(self, "inputs", self.inputs.__name__)
+        if self.inputs is not None:
+            inputs_module(self.inputs, f"Project(inputs={self.inputs!r})")
+
+    def input_reader(self) -> Inputs:
+        """The project's inputs module (export, predict and serve read inputs with it)."""
+        if self.inputs is None:
+            raise ConfigError(
+                "the project names no inputs module: Project(model=..., inputs=<module>) "
+                "(kit.project.Inputs says what it holds)"
+            )
+        return inputs_module(self.inputs, "the project")
 
 
 _current: list["Project | Callable[[], Project]"] = []

@@ -2,41 +2,40 @@
 
 python serve.py --model runs/default/version_<N>/export/best.onnx --port 8000
 
-POST /predict with JSON {"image": "<base64 of an image file>"} returns
-{"class": ..., "probability": ..., "probabilities": {class name: probability}};
-GET /health answers "ok" once the model is loaded. An exported artifact is preprocessed from
-its metadata file, so serving one imports neither Lightning nor the project's model and data
-classes.
+POST /predict with JSON {"<field>": "<base64 of an input file>"} returns
+{"class": ..., "probability": ..., "probabilities": {class name: probability}}; the field is
+the project inputs module's FIELD ("image" for images). GET /health answers "ok" once the
+model is loaded. An exported artifact is preprocessed from its metadata file, so serving one
+imports neither Lightning nor the project's model and data classes.
 """
 
 import base64
 import binascii
-import io
 import sys
 from pathlib import Path
 
 import litserve as ls
 from fastapi import HTTPException
 from jsonargparse import ArgumentParser
-from PIL import Image
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 from torch import Tensor
 
-from .errors import ConfigError
+from .errors import ConfigError, InputTooLargeError, UnreadableInputError
 from .inference import load_classifier
 from .project import handed_over, use
 
 MAX_MEGABYTES = 10
 
 
-class ImageRequest(BaseModel):
-    """The request body; FastAPI answers 422 to anything else."""
+class InputRequest(BaseModel):
+    """The request body: a JSON object (FastAPI answers 422 to anything else) whose inputs
+    module's FIELD holds the input (checked in decode_request, which answers 422 too)."""
 
-    image: str
+    model_config = ConfigDict(extra="allow")
 
 
 class ClassifierAPI(ls.LitAPI):
-    """Decodes one image per request, runs the classifier, returns class probabilities."""
+    """Decodes one input per request, runs the classifier, returns class probabilities."""
 
     def __init__(self, model: Path) -> None:
         super().__init__()
@@ -50,21 +49,25 @@ class ClassifierAPI(ls.LitAPI):
             use(self.project)
         self.classifier = load_classifier(self.model)
 
-    def decode_request(self, request: ImageRequest) -> Tensor:
+    def decode_request(self, request: InputRequest) -> Tensor:
+        inputs = self.classifier.inputs
+        field, one_file = inputs.FIELD, inputs.ONE_FILE
+        value = (request.model_extra or {}).get(field)
+        if not isinstance(value, str):
+            raise HTTPException(422, f'send JSON {{"{field}": "<base64 of {one_file}>"}}')
         try:
-            data = base64.b64decode(request.image, validate=True)
+            data = base64.b64decode(value, validate=True)
         except binascii.Error:
             raise HTTPException(
-                400, "'image' is not base64; send the bytes of an image file"
+                400, f"'{field}' is not base64; send the bytes of {one_file}"
             ) from None
         try:
-            with Image.open(io.BytesIO(data)) as image:
-                return self.classifier.to_input(image)
-        except Image.DecompressionBombError:
-            raise HTTPException(413, "the image has too many pixels") from None
-        except (OSError, ValueError):
+            return self.classifier.input_of(data)
+        except InputTooLargeError as error:
+            raise HTTPException(413, str(error)) from None
+        except UnreadableInputError as error:
             raise HTTPException(
-                415, "'image' could not be decoded; send a PNG, JPEG or other image file"
+                415, f"'{field}' could not be decoded ({error}); send {inputs.ACCEPTED}"
             ) from None
 
     def predict(self, image: Tensor) -> Tensor:

@@ -1,4 +1,5 @@
-"""What a loader worker runs. It imports torch only: never Lightning or the training code.
+"""What a loader worker runs, and what a conversion into shards runs in its worker processes
+(`file_sample`). It imports torch only: never Lightning or the training code.
 
 Loader workers start from a fork server (`ImageDataModule.worker_server`) that imports this
 module and the modules of what the loader sends its workers (the dataset, its transforms, the
@@ -14,6 +15,8 @@ import os
 import random
 import signal
 import threading
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -83,3 +86,12 @@ class TensorImages(Dataset):
 def whole_batch(batch: Batch) -> Batch:
     """The collate function of `TensorImages`: `__getitems__` already returns the batch."""
     return batch
+
+
+def file_sample(sample: list) -> dict[str, Any]:
+    """One shard item from a (file, label) pair: the file's bytes as they are (still encoded),
+    its label, and the file it came from, to name it (as bytes: LitData stores a text that
+    names an image file as that file's pixels). LitData's `optimize` spawns its workers, and
+    each imports the module of the function it runs: here, that costs torch, not Lightning."""
+    path, label = sample
+    return {"image": Path(path).read_bytes(), "label": label, "file": path.encode()}
