@@ -263,3 +263,24 @@ def test_the_table_ranks_by_the_direction_each_run_recorded(tmp_path: Path) -> N
         (run / "metric_directions.json").unlink()
     rows = list(csv.DictReader(io.StringIO(table([tmp_path], "test/ece", "csv"))))
     assert [row["test/ece"] for row in rows] == ["0.3000", "0.2000", "0.1000"]
+
+
+def test_the_runs_table_starts_without_torch_or_lightning(tmp_path: Path) -> None:
+    """results.py reads only what run folders record: it imports neither torch nor Lightning
+    (a second, not a training run's start-up, for every table, diff and comparison)."""
+    run = tmp_path / "runs" / "default" / "version_0"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"model": {"tag": "a"}}))
+    (run / "test_metrics.json").write_text(json.dumps({"checkpoint": "", "test/acc": 0.5}))
+    script = (
+        "import sys\n"
+        "from {{ cookiecutter.package_name }}.kit.results import main\n"
+        "main(['runs'])\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'lightning'}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "0.5000" in done.stdout
+    assert done.stdout.splitlines()[-1] == "[]"

@@ -39,7 +39,7 @@ class Inputs(Protocol):
     """What the library uses of a project's inputs module (export, predict, serve). It should
     import neither Lightning nor the model: serving an exported model imports it."""
 
-    FIELD: str  # the key of serve.py's JSON request that holds one input, base64-encoded
+    FIELD: str  # the key of a served request's JSON body that holds one input, in base64
     ONE_FILE: str  # one input file, in words ("an image file")
     ACCEPTED: str  # the files it reads, in words ("PNG, JPEG or other image files")
     STEPS: tuple[str, ...]  # the keys that a recorded preprocessing (describe's answer) holds

@@ -28,7 +28,7 @@ import yaml
 from scipy import stats
 
 from .errors import ConfigError
-from .runs import DIRECTIONS, flatten
+from .records import DIRECTIONS, flatten
 
 # Config keys that differ between any two runs without changing what is trained: where the
 # run's folder is, and which checkpoint a resume read.

@@ -30,11 +30,10 @@ from .checkpoint import layer_differences, load_checkpoint, load_weights, resolv
 from .compat import destroy_process_group
 from .errors import ConfigError, DivergedError
 from .guards import SaveOnPreemption
+from .records import DIRECTIONS, flatten
 
 # Loggers whose save_dir/name/version_<N> folder is the run folder, when first in the list.
 FOLDER_LOGGERS = ("TensorBoardLogger", "CSVLogger")
-# A run folder's record of which way each validation metric is better.
-DIRECTIONS = "metric_directions.json"
 
 
 def quiet_known_noise() -> None:
@@ -329,24 +328,6 @@ def loggable(value: object) -> str | int | float | bool | None:
     if isinstance(value, list | tuple | dict):
         return json.dumps(value, default=str)
     return str(value)  # a path, say
-
-
-def flatten(config: dict[str, Any]) -> dict[str, Any]:
-    """A config as dotted keys and their values (lists of classes numbered)."""
-    flat: dict[str, Any] = {}
-
-    def walk(value: Any, key: str) -> None:
-        if isinstance(value, dict) and value:
-            for name, inner in value.items():
-                walk(inner, f"{key}.{name}" if key else str(name))
-        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            for number, inner in enumerate(value):
-                walk(inner, f"{key}.{number}")
-        else:
-            flat[key] = value
-
-    walk(config, "")
-    return flat
 
 
 def summary(

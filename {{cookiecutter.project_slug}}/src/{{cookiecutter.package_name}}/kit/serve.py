@@ -11,6 +11,7 @@ imports neither Lightning nor the project's model and data classes.
 
 import base64
 import binascii
+import json
 import sys
 from pathlib import Path
 
@@ -54,7 +55,8 @@ class ClassifierAPI(ls.LitAPI):
         field, one_file = inputs.FIELD, inputs.ONE_FILE
         value = (request.model_extra or {}).get(field)
         if not isinstance(value, str):
-            raise HTTPException(422, f'send JSON {{"{field}": "<base64 of {one_file}>"}}')
+            shape = json.dumps({field: f"<base64 of {one_file}>"})
+            raise HTTPException(422, f"send JSON {shape}")
         try:
             data = base64.b64decode(value, validate=True)
         except binascii.Error:
