@@ -51,7 +51,7 @@ TRACES = {
 
 # What each feature's optional extra holds.
 EXTRAS = {
-    "deploy": {"torch", "onnx", "onnxruntime", "onnxscript", "litserve"},
+    "deploy": {"torch", "onnx", "onnxruntime", "onnxscript", "litserve", "pydantic"},
     "sweep": {"optuna", "optuna-integration"},
 }
 

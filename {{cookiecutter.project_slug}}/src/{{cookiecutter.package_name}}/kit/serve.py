@@ -69,7 +69,7 @@ class ClassifierAPI(ls.LitAPI):
             raise HTTPException(413, str(error)) from None
         except UnreadableInputError as error:
             raise HTTPException(
-                415, f"'{field}' could not be decoded ({error}); send {inputs.ACCEPTED}"
+                415, f"'{field}' could not be decoded ({error}); {inputs.ACCEPTED} are accepted"
             ) from None
 
     def predict(self, image: Tensor) -> Tensor:
