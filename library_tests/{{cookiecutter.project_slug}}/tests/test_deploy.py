@@ -229,6 +229,19 @@ def test_an_artifact_exported_before_the_preprocessing_was_data_predicts_as_befo
             assert row["probability"] == pytest.approx(reference["probability"], abs=1e-4)
 
 
+def test_an_inputs_module_from_outside_the_project_is_refused_unimported(
+    exported: list[Path], tmp_path: Path
+) -> None:
+    onnx = exported[1]
+    foreign = tmp_path / "foreign.onnx"
+    shutil.copy(onnx, foreign)
+    metadata = json.loads(metadata_path(onnx).read_text())
+    metadata_path(foreign).write_text(json.dumps({**metadata, "inputs": "antigravity"}))
+    with pytest.raises(ConfigError, match=r"names the inputs module 'antigravity', which is not"):
+        load_classifier(foreign)
+    assert "antigravity" not in sys.modules  # importing it would open a web browser
+
+
 def test_a_transform_the_metadata_cannot_describe_leaves_preprocessing_to_the_data_module(
     train: Callable,
     tmp_path: Path,
@@ -280,7 +293,7 @@ for artifact in map(Path, sys.argv[2:]):
     api.setup("cpu")
     request = InputRequest(image=base64.b64encode(image.read_bytes()).decode())
     served = api.encode_response(api.predict(api.decode_request(request)))
-    answers[artifact.suffix] = [row["class"], row["probability"], served["class"],
+    answers[artifact.name] = [row["class"], row["probability"], served["class"],
                                 served["probability"]]
 print(json.dumps({"modules": sorted(sys.modules), "answers": answers}))
 """
@@ -291,7 +304,13 @@ def test_an_exported_artifact_predicts_and_serves_without_lightning_or_the_proje
 ) -> None:
     _, onnx, program, _ = exported
     image = write_images(tmp_path / "images")[0]
-    command = [sys.executable, "-c", ISOLATED, str(image), str(onnx), str(program)]
+    # As export.py wrote it before the inputs module was recorded (version 2).
+    version_2 = tmp_path / "version-2.onnx"
+    shutil.copy(onnx, version_2)
+    metadata = json.loads(metadata_path(onnx).read_text())
+    del metadata["inputs"]
+    metadata_path(version_2).write_text(json.dumps({**metadata, "metadata_version": 2}))
+    command = [sys.executable, "-c", ISOLATED, str(image), str(onnx), str(program), str(version_2)]
     finished = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
     assert finished.returncode == 0, finished.stderr[-3000:]
     result = json.loads(finished.stdout.splitlines()[-1])
@@ -300,8 +319,8 @@ def test_an_exported_artifact_predicts_and_serves_without_lightning_or_the_proje
     package = "{{ cookiecutter.package_name }}"
     ours = sorted(m for m in result["modules"] if m.split(".")[0] == package)
     assert ours == [package, *(f"{package}.{name}" for name in ARTIFACT_MODULES)]
-    for suffix, artifact in ((".onnx", onnx), (".pt2", program)):
-        predicted, probability, served, served_probability = result["answers"][suffix]
+    for artifact in (onnx, program, version_2):
+        predicted, probability, served, served_probability = result["answers"][artifact.name]
         (row,) = classify(load_classifier(artifact), [image])
         assert predicted == served == row["class"]
         assert probability == pytest.approx(row["probability"], abs=1e-6)

@@ -24,6 +24,7 @@ from fastapi import HTTPException
 
 from {{ cookiecutter.package_name }}.kit import project as handover
 from {{ cookiecutter.package_name }}.kit.cli import project_defaults
+from {{ cookiecutter.package_name }}.kit.errors import ConfigError
 {%- if cookiecutter.deploy == "yes" %}
 from {{ cookiecutter.package_name }}.kit.export import main as export
 from {{ cookiecutter.package_name }}.kit.inference import metadata_path
@@ -65,6 +66,14 @@ def test_a_project_of_points_trains_tests_and_keeps_its_run(points: Path) -> Non
     # Resumed from its last checkpoint, the run goes on in its own folder.
     main(["--ckpt_path", "last", "--max_epochs", "4"])
     assert sorted(path.name for path in (points / "runs" / "default").iterdir()) == ["version_0"]
+
+
+def test_its_inputs_module_is_named_absolutely() -> None:
+    for given in (".toy_inputs", 5, ""):
+        with pytest.raises(ConfigError, match="give the inputs module or its absolute name"):
+            handover.Project(model=toy.PointClassifier, inputs=given)
+    with pytest.raises(ConfigError, match="inputs module toy lacks FIELD, ONE_FILE"):
+        handover.Project(model=toy.PointClassifier, inputs=toy)
 
 
 def test_its_monitor_is_what_its_model_logs(points: Path) -> None:

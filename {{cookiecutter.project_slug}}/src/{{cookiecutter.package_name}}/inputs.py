@@ -1,9 +1,9 @@
 """What this project's inputs are outside training: image files for predict.py, an image in a
 request for serve.py, and the preprocessing an exported model records as data.
 
-numpy and Pillow only: serving an exported model imports this module, by the name its
-metadata records, and neither Lightning nor the model's classes. kit/project.py's `Inputs`
-lists what the library uses of it.
+numpy and Pillow (and torchvision's list of image suffixes, for a folder given to predict.py):
+serving an exported model imports this module, by the name its metadata records, and neither
+Lightning nor the model's classes. kit/project.py's `Inputs` lists what the library uses of it.
 """
 
 import io

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from .errors import ConfigError
-from .project import Inputs, current, inputs_module
+from .project import Inputs, Project, current, handed_over, inputs_module
 
 FORMATS = {".ckpt": "checkpoint", ".onnx": "onnx", ".pt2": "torch_export", ".pt": "state_dict"}
 # 3: `inputs` names the inputs module. 2: `preprocessing` is the preprocessing as data. Before
@@ -73,11 +73,26 @@ def load_classifier(path: str | Path) -> Classifier:
     network = {"onnx": onnx_network, "torch_export": exported_network}.get(kind)
     network = network(path) if network else state_dict_network(path, metadata)
     shape = tuple(metadata["input_shape"])
-    # Before version 3, the project's own inputs module (the one it hands over) reads them.
-    name = metadata.get("inputs")
-    inputs = inputs_module(name, str(path)) if name else current().input_reader()
+    inputs = inputs_module(recorded_inputs(metadata, path), str(path))
     transform = artifact_transform(metadata, metadata_path(path), inputs)
     return Classifier(network, metadata["class_names"], shape, inputs, transform)
+
+
+def recorded_inputs(metadata: dict[str, Any], path: Path) -> str:
+    """The name of the inputs module an artifact's metadata records, if this project may import
+    it (the name comes from a file): a module of the package that holds this library, or the one
+    the project handed over names. Before version 3 no name was recorded: the package's own
+    `inputs` module reads the inputs (imported without Lightning or the model)."""
+    package = __package__.rpartition(".")[0]
+    name = metadata.get("inputs") or f"{package}.inputs"
+    given = handed_over()
+    named = given.inputs if isinstance(given, Project) else None
+    if not isinstance(name, str) or not (name == named or name.startswith(f"{package}.")):
+        raise ConfigError(
+            f"{path}: its metadata names the inputs module {name!r}, which is not one of "
+            f"{package}'s; export the model again from this project"
+        )
+    return name
 
 
 def read_metadata(artifact: Path) -> dict[str, Any]:

@@ -72,6 +72,8 @@ class Inputs(Protocol):
 
 def inputs_module(name: str, origin: str) -> Inputs:
     """The inputs module of that name; a one-line error naming `origin` if it cannot be had."""
+    if not isinstance(name, str) or not name or name.startswith("."):
+        raise ConfigError(f"{origin}: give the inputs module or its absolute name, not {name!r}")
     try:
         module = importlib.import_module(name)
     except ImportError as error:
