@@ -13,6 +13,7 @@ import statistics
 import sys
 import threading
 import warnings
+import weakref
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -237,7 +238,7 @@ def train_trial(trial: Trial, args: list[str], callbacks: list[Callback]) -> Non
     with environment(TRIAL_ENV, str(trial_id(trial))):
         try:
             stopped_meanwhile()
-            main(args, callbacks=callbacks)
+            main(args, callbacks=[*callbacks, StopWhenAsked()])
             stopped_meanwhile()
         except SystemExit as stop:
             if stopped_by_user(stop) or STOP.is_set():
@@ -250,13 +251,21 @@ def train_trial(trial: Trial, args: list[str], callbacks: list[Callback]) -> Non
 
 
 def stopped_meanwhile() -> None:
-    """A signal whose KeyboardInterrupt was lost still stops the sweep, this trial queued again.
-
-    Python runs a signal handler wherever the main thread is, also in a finalizer (a loader
-    shutting down its workers, say), which prints the exception and goes on.
-    """
+    """A stop that `stop` could not raise where the signal came stops the sweep here, this
+    trial queued again."""
     if STOP.is_set():
         raise KeyboardInterrupt
+
+
+class StopWhenAsked(Callback):
+    """Stops the trial at its next batch once the sweep was asked to stop, as Ctrl-C there
+    would: a signal that came while a finalizer ran could not raise (see `stop`)."""
+
+    def on_train_batch_start(self, *_: Any) -> None:
+        stopped_meanwhile()
+
+    def on_validation_batch_start(self, *_: Any) -> None:
+        stopped_meanwhile()
 
 
 def stopped_by_user(stop: SystemExit) -> bool:
@@ -280,9 +289,26 @@ def finished(study: optuna.Study) -> int:
 
 
 def stop(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM (kill) stops the sweep the way Ctrl-C does; both mark the trial as stopped."""
+    """SIGTERM (kill) stops the sweep the way Ctrl-C does; both mark the trial as stopped.
+
+    Python runs a signal handler wherever the main thread is, also in a finalizer (a loader
+    shutting down its workers as the previous trial is collected, say); an exception raised
+    there is printed with its traceback and lost. There the handler only marks the stop,
+    which the trial's next batch (`StopWhenAsked`) or its end turns into the KeyboardInterrupt.
+    """
     STOP.set()
-    raise KeyboardInterrupt
+    if not in_finalizer(frame):
+        raise KeyboardInterrupt
+
+
+def in_finalizer(frame: FrameType | None) -> bool:
+    """Whether the code that `frame` runs was called by an object's `__del__` or a
+    `weakref.finalize` callback: where an exception cannot leave."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__" or frame.f_code is weakref.finalize.__call__.__code__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def quiet_optuna() -> None:
