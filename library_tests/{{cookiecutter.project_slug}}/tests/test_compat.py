@@ -27,6 +27,7 @@ from {{ cookiecutter.package_name }}.kit.compat import (
 {%- endif %}
     PacingHook,
     destroy_process_group,
+    logs_this_step,
     set_collective_timeout,
 {%- if cookiecutter.sweep == "yes" %}
     trial_id,
@@ -134,6 +135,18 @@ def test_the_bar_asks_before_each_redraw() -> None:
     assert asked == [(3, 10)]
     # And Lightning still asks it when a training batch ends.
     assert "self._should_update(" in inspect.getsource(TQDMProgressBar.on_train_batch_end)
+
+
+def test_a_step_logs_every_log_every_n_steps() -> None:
+    trainer = Trainer(log_every_n_steps=3, logger=False, enable_checkpointing=False)
+    trainer.training = True
+    logs = []
+    for stepped in range(7):  # as on_train_batch_start sees it: the steps taken before
+        trainer.fit_loop.epoch_loop._batches_that_stepped = stepped
+        logs.append(logs_this_step(trainer))
+    assert logs == [False, False, True, False, False, True, False]
+    trainer.should_stop = True  # the last step of a run logs too
+    assert logs_this_step(trainer)
 {%- if cookiecutter.sweep == "yes" %}
 
 

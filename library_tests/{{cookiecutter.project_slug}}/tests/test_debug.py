@@ -8,7 +8,6 @@ import matplotlib.image
 import pytest
 import torch
 from lightning import Callback, Trainer
-from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from lightning.pytorch.utilities.model_summary import ModelSummary
 from logged import scalars
@@ -17,7 +16,7 @@ from torchmetrics.classification import MulticlassConfusionMatrix
 
 from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.kit import env
-from {{ cookiecutter.package_name }}.kit.callbacks import PacedProgressBar
+from {{ cookiecutter.package_name }}.kit.callbacks import PacedProgressBar, StepProgressBar
 from {{ cookiecutter.package_name }}.kit.cli import build_cli
 from {{ cookiecutter.package_name }}.kit.errors import ConfigError
 from {{ cookiecutter.package_name }}.kit.plots import confusion_figure
@@ -124,7 +123,7 @@ def test_a_negative_curves_interval_is_refused_in_one_line(train: Callable) -> N
 @pytest.mark.parametrize(
     ("args", "bar"),
     [
-        ([], TQDMProgressBar),
+        ([], StepProgressBar),
         (["--trainer.enable_progress_bar", "false"], type(None)),
         ([f"--trainer.callbacks+={PACED}"], PacedProgressBar),
     ],

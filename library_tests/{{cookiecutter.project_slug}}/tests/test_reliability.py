@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 import yaml
@@ -57,7 +58,7 @@ def saved_step(run_folder: Path) -> int:
 EMA = ["--ema", "lightning.pytorch.callbacks.EMAWeightAveraging", "--ema.decay", "0.9"]
 FINETUNE = [
     "--model.backbone_lr_factor", "0.1",
-    "--freeze_backbone", "{{ cookiecutter.package_name }}.kit.callbacks.FreezeBackbone",
+    "--freeze_backbone", "image_classifier.kit.callbacks.FreezeBackbone",
     "--freeze_backbone.epochs", "2",
 ]  # fmt: skip
 
@@ -136,6 +137,42 @@ def test_sigterm_to_the_process_group_stops_cleanly_with_loader_workers(
     saved = re.search(r"Stopped by a signal at step (\d+)", text)
     assert saved, text[-3000:]
     assert saved_step(tmp_path / RUN / "version_0") == int(saved[1])
+
+
+class NanLossFrom(L.Callback):
+    """The model's loss is NaN from optimizer step `step` on."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, *_: object
+    ) -> None:
+        if trainer.global_step == self.step:
+            forward = pl_module.loss.forward
+            pl_module.loss.forward = lambda *args: forward(*args) * float("nan")
+
+
+def test_a_non_finite_loss_between_logging_steps_is_named_before_the_next_checkpoint(
+    train: Callable,
+) -> None:
+    # The loss is checked on the device at every step and read when a step logs (none here)
+    # or a checkpoint is about to be written (the epoch's, after step 7).
+    with pytest.raises(SystemExit) as stop:
+        train(
+            "--max_epochs", "1",
+            "--trainer.limit_train_batches", "8",
+            "--trainer.log_every_n_steps", "50",
+            "--step_checkpoint.every_n_train_steps", "4",
+            callbacks=[NanLossFrom(5)],
+        )  # fmt: skip
+    message = str(stop.value.code)
+    # Named by the first batch with a NaN loss (and the optimizer steps taken with it).
+    assert message.startswith(
+        "error: training diverged: train/loss became nan at step 6 (epoch 0, batch 5)"
+    )
+    assert message.endswith("last good checkpoint: runs/default/version_0/checkpoints/last.ckpt")
+    assert saved_step(RUN / "version_0") == 4  # the step checkpoint before it, not the epoch's
 
 
 def test_a_diverging_run_stops_with_the_step_and_keeps_a_good_checkpoint(train: Callable) -> None:

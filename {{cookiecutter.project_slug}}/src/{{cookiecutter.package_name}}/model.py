@@ -104,15 +104,25 @@ class ImageClassifier(L.LightningModule):
         x, y = batch
         logits = self(x)
         loss = self.loss(logits, y)
-        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, sync_dist=True)
+        self._log_step_and_epoch("train/loss", loss, prog_bar=True)
         self._log_metrics(self.train_metrics, logits, y)
         if terms := self.regularization():
             for name, term in terms.items():
-                self.log(f"train/regularization/{name}", term, on_epoch=True, sync_dist=True)
+                self._log_step_and_epoch(f"train/regularization/{name}", term)
             total = torch.stack(list(terms.values())).sum()
-            self.log("train/regularization", total, on_epoch=True, sync_dist=True)
+            self._log_step_and_epoch("train/regularization", total)
             loss = loss + total  # minimised; train/loss stays the data loss, like val/loss
         return loss
+
+    def _log_step_and_epoch(self, name: str, value: Tensor, prog_bar: bool = False) -> None:
+        # <name>_step is this process's value: averaging it over the processes every step
+        # would make each wait for the others, and showing it in the bar (prog_bar) the host
+        # for the device (the bar shows train/loss_step when it logs: configs/default.yaml).
+        # <name>_epoch is the epoch's mean over all processes, averaged once, at its end.
+        self.log(f"{name}_step", value)
+        self.log(
+            f"{name}_epoch", value, prog_bar=prog_bar, on_step=False, on_epoch=True, sync_dist=True
+        )
 
     def regularization(self) -> dict[str, Tensor]:
         """The extra loss terms that the backbone's modules carry, by readable module name:

@@ -3,16 +3,18 @@
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 from jsonargparse.typing import NonNegativeFloat
+from lightning.pytorch.callbacks.progress.progress_bar import get_standard_metrics
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from .compat import PacingHook
+from .compat import PacingHook, logs_this_step
 from .errors import ConfigError
 from .layers import features, last_linear
 
@@ -199,8 +201,41 @@ class FreezeBackbone(L.Callback):
         self.scheduled = {}
 
 
-class PacedProgressBar(PacingHook):
-    """Lightning's TQDM bar, redrawn at most once every `min_interval` seconds and always at
+class StepProgressBar(PacingHook):
+    """Lightning's TQDM bar, whose count moves every step and whose metrics are read on the
+    steps that log (every `log_every_n_steps`) and at the end of each epoch and stage.
+
+    Reading a logged tensor as a number makes the host wait for the device. Lightning reads
+    the metrics logged with `prog_bar=True` in a training step at every step; this bar shows
+    the `step_metrics` that the model logs without it, read only when due, and the epoch's.
+    """
+
+    def __init__(self, step_metrics: Sequence[str] = ("train/loss_step",), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.step_metrics = list(step_metrics)
+        self.shown: dict[str, Any] | None = None  # the metrics drawn last
+        self.due = True
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any
+    ) -> None:
+        self.due = logs_this_step(trainer)
+        try:
+            super().on_train_batch_end(trainer, pl_module, *args)
+        finally:
+            self.due = True
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        if self.due or self.shown is None:
+            logged = trainer.callback_metrics
+            shown = super().get_metrics(trainer, pl_module)
+            steps = {k: float(logged[k]) for k in self.step_metrics if k in logged and self.due}
+            self.shown = {**get_standard_metrics(trainer), **steps, **shown}
+        return self.shown
+
+
+class PacedProgressBar(StepProgressBar):
+    """This project's bar, redrawn at most once every `min_interval` seconds and always at
     the end of an epoch or stage: the pace tqdm keeps for its own bars (0: every step).
 
     For output that goes to a file, such as a cluster job's log: Lightning's bar redraws

@@ -27,12 +27,17 @@ from lightning.pytorch.callbacks import (
     ModelCheckpoint,
     ProgressBar,
     ThroughputMonitor,
-    TQDMProgressBar,
 )
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.strategies import StrategyRegistry
 
-from .callbacks import BatchSizeReport, BestValidation, EpochLine, SyncEpochMetrics
+from .callbacks import (
+    BatchSizeReport,
+    BestValidation,
+    EpochLine,
+    StepProgressBar,
+    SyncEpochMetrics,
+)
 from .checkpoint import run_config
 from .datamodule import ImageDataModule
 from .errors import ConfigError, config_error_in
@@ -82,7 +87,7 @@ CALLBACKS = {
     "stop_on_divergence": StopOnDivergence,
     "save_on_preemption": SaveOnPreemption,
     # Off when the bar is off (--trainer.enable_progress_bar false) or trainer.callbacks has one.
-    "progress_bar": TQDMProgressBar,
+    "progress_bar": StepProgressBar,
 }
 
 

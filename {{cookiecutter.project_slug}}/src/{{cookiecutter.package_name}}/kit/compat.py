@@ -69,6 +69,15 @@ def destroy_process_group() -> None:
     del gloo  # the last reference: gloo's threads stop here, with the GIL released
 
 
+def logs_this_step(trainer: Any) -> bool:
+    """Whether the training step under way writes to the loggers (every `log_every_n_steps`,
+    and when the run stops); asked from `on_train_batch_start` to `on_train_batch_end`.
+
+    Lightning keeps it in a private attribute of the trainer, as its own LR monitor reads it.
+    """
+    return trainer._logger_connector.should_update_logs
+
+
 class PacingHook(TQDMProgressBar):
     """Lightning's TQDM bar with a public `may_redraw(current, total)` asked before a redraw.
 

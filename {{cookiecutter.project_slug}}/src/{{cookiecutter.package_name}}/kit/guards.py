@@ -11,6 +11,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from .compat import logs_this_step
 from .errors import DivergedError
 
 
@@ -46,41 +47,76 @@ class RngState(L.Callback):
 
 
 class StopOnDivergence(L.Callback):
-    """Stops at the first step whose loss is NaN or infinite, before it reaches a checkpoint.
+    """Stops a run whose loss became NaN or infinite, before it reaches a checkpoint.
 
-    The check runs before the checkpoint callbacks (Lightning runs those last) and again
-    on every checkpoint about to be written, so the newest checkpoint on disk is a good one.
+    Each step's loss is checked on the device, where the step left it; the host reads the
+    result (which waits for the device, and with several processes takes a collective) only
+    on the steps that log, every `log_every_n_steps`, at the end of each epoch, and before
+    every checkpoint is written, which also checks the weights: the newest checkpoint on disk
+    is a good one. The error names the first step whose loss was not finite. Lightning runs
+    the checkpoint callbacks last, so a check at the same point comes before their save.
     """
+
+    def __init__(self) -> None:
+        # On the device: (the index of the last step recorded since the last check, that of
+        # the first whose loss was not finite or -1, that loss); on the host: (step, epoch,
+        # batch) of each recorded step.
+        self.state: torch.Tensor | None = None
+        self.steps: list[tuple[int, int, int]] = []
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, idx: int
     ) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        diverged = loss is not None and not bool(torch.isfinite(loss).all())
-        # Each process has its own loss; all stop if any diverged, or the others would wait
-        # in the next step's gradient sync for the one that stopped.
-        if trainer.strategy.reduce_boolean_decision(diverged, all=False):
+        if loss is not None:
+            self.record(loss.detach(), (trainer.global_step, trainer.current_epoch, idx))
+        if logs_this_step(trainer):
+            self.check(trainer, every_process=True)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.check(trainer, every_process=True)
+
+    def record(self, loss: torch.Tensor, where: tuple[int, int, int]) -> None:
+        """Note this step's loss without waiting for it: tensor operations only."""
+        if self.state is None:  # made on the device: a copy from the host would wait
+            self.state = torch.full((3,), -1.0, dtype=torch.float64, device=loss.device)
+        last, first, value = self.state.unbind()
+        index = last + 1
+        is_first = ~torch.isfinite(loss).all() & (first < 0)
+        first = torch.where(is_first, index, first)
+        value = torch.where(is_first, loss.double(), value)
+        self.state = torch.stack([index, first, value])
+        self.steps.append(where)
+
+    def check(self, trainer: L.Trainer, every_process: bool) -> None:
+        """Raise DivergedError if a recorded loss was not finite (on any process when
+        `every_process`: all then stop, or the others would wait in the next gradient sync
+        for the one that stopped; every process calls it at the same point)."""
+        first, value = (-1, 0.0) if self.state is None else self.state[1:].tolist()
+        diverged = first >= 0
+        if every_process:
+            diverged = trainer.strategy.reduce_boolean_decision(diverged, all=False)
+        if diverged:
+            if first >= 0:
+                step, epoch, batch = self.steps[int(first)]
+                raise DivergedError(
+                    f"train/loss became {value} at step {step} (epoch {epoch}, batch {batch})"
+                )
             raise DivergedError(
-                f"train/loss became {describe(loss)} at step {trainer.global_step} "
-                f"(epoch {trainer.current_epoch}, batch {idx})"
+                f"train/loss became not finite on another process by step {trainer.global_step}"
             )
+        self.state, self.steps = None, []
 
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
+        self.check(trainer, every_process=False)  # every process may not save
         for name, tensor in checkpoint["state_dict"].items():
             if tensor.is_floating_point() and not torch.isfinite(tensor).all():
                 raise DivergedError(
                     f"weight {name} is not finite after step {trainer.global_step}; "
                     "the checkpoint was not written"
                 )
-
-
-def describe(loss: torch.Tensor | None) -> str:
-    """The loss of this process as a number, or what it was on the process that diverged."""
-    if loss is None or bool(torch.isfinite(loss).all()):
-        return "not finite on another process"
-    return str(loss.item())
 
 
 class SaveOnPreemption(L.Callback):
