@@ -32,7 +32,8 @@ def bench(
     args = ["--quick", "--compare", "digits", "--loaders", "digits", "--accuracy", "digits"]
     args += ["--workdir", str(workdir)]
     rows = module.main([*args, "--out", str(out)])
-    return rows, json.loads(out.read_text()), module.table(rows)
+    written = json.loads(out.read_text())
+    return rows, written, written["table"]  # the table bench.py printed
 
 
 def values(rows: list[dict], start: str) -> list[float]:
@@ -68,11 +69,23 @@ def test_every_question_is_measured_and_written(bench: tuple[list[dict], dict, s
         "digits: s per epoch, plain loop",
         "digits: test accuracy, SVC(gamma=0.001) on the same split",
         "digits: test accuracy, default run minus SVC",
+        "journey: render",
+        "journey: train",
+        "journey: export",
+        "journey: server up",
+        "journey: prediction",
+        "journey: total",
     ):
         found = values(rows, start)
         assert found and all(math.isfinite(v) for v in found), start
-    assert table.splitlines()[0] == "| measure | unit | median | min | max |"
+    assert table.splitlines()[0] == "| measure | unit | median | min | max | target |"
     assert len(table.splitlines()) == len(rows) + 2
+    stages = sum(values(rows, f"journey: {s}")[0] for s in ("render", "train", "export"))
+    assert stages < values(rows, "journey: total")[0]
+    # The measures the issue sets targets for show them beside the figures.
+    for measure in ("digits: Trainer / plain loop (same data path)", "journey: total"):
+        (line,) = [line for line in table.splitlines() if line.startswith(f"| {measure} |")]
+        assert line.endswith("| at most 1.15 |" if "digits" in measure else "| at most 15 |")
 
 
 def test_trainer_and_plain_loop_reach_the_same_loss(bench: tuple[list[dict], dict, str]) -> None:
