@@ -282,8 +282,8 @@ def summarise_compare(dataset: str, results: dict[str, list[dict[str, Any]]]) ->
     )
     for on, off, label in (
         ("trainer", "trainer_no_progress_bar", "progress bar (on vs off)"),
-        ("trainer_paced_bar", "trainer", "the paced TQDM bar (vs Lightning's TQDM bar)"),
-        ("trainer_rich_bar", "trainer", "Lightning's Rich bar (vs the TQDM bar)"),
+        ("trainer_paced_bar", "trainer", "the paced TQDM bar (vs the default bar)"),
+        ("trainer_rich_bar", "trainer", "Lightning's Rich bar (vs the default bar)"),
         ("trainer_log_every_step", "trainer_log_never", "logging every step (vs never)"),
         ("trainer", "trainer_log_never", "logging every 10 steps, the default (vs never)"),
     ):

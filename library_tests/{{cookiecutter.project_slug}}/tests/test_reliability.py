@@ -58,7 +58,7 @@ def saved_step(run_folder: Path) -> int:
 EMA = ["--ema", "lightning.pytorch.callbacks.EMAWeightAveraging", "--ema.decay", "0.9"]
 FINETUNE = [
     "--model.backbone_lr_factor", "0.1",
-    "--freeze_backbone", "image_classifier.kit.callbacks.FreezeBackbone",
+    "--freeze_backbone", "{{ cookiecutter.package_name }}.kit.callbacks.FreezeBackbone",
     "--freeze_backbone.epochs", "2",
 ]  # fmt: skip
 
