@@ -79,12 +79,13 @@ class StopOnDivergence(L.Callback):
     def record(self, loss: torch.Tensor, where: tuple[int, int, int]) -> None:
         """Note this step's loss without waiting for it: tensor operations only."""
         if self.state is None:  # made on the device: a copy from the host would wait
-            self.state = torch.full((3,), -1.0, dtype=torch.float64, device=loss.device)
+            # float32: MPS has no float64; it counts the steps between two checks exactly.
+            self.state = torch.full((3,), -1.0, dtype=torch.float32, device=loss.device)
         last, first, value = self.state.unbind()
         index = last + 1
         is_first = ~torch.isfinite(loss).all() & (first < 0)
         first = torch.where(is_first, index, first)
-        value = torch.where(is_first, loss.double(), value)
+        value = torch.where(is_first, loss.float(), value)
         self.state = torch.stack([index, first, value])
         self.steps.append(where)
 
