@@ -188,6 +188,11 @@ def exported(train: Callable) -> list[Path]:
     return [Path(checkpoint).resolve(), *artifacts]
 
 
+def same_input(one: object, other: object) -> bool:
+    """Equal model inputs, whether NumPy arrays (recorded preprocessing) or tensors."""
+    return torch.equal(torch.as_tensor(one), torch.as_tensor(other))
+
+
 def old_metadata(metadata: dict, data_class: bool) -> dict:
     """`metadata` as export.py wrote it before; without data_class, as it wrote it before that."""
     old = {key: metadata[key] for key in OLD_KEYS if key != "data_class" or data_class}
@@ -213,7 +218,7 @@ def test_an_artifact_exported_before_the_preprocessing_was_data_predicts_as_befo
         metadata_path(version_2).write_text(json.dumps({**metadata, "metadata_version": 2}))
         then, now = load_classifier(version_2), load_classifier(artifact)
         for file in files:
-            assert torch.equal(then.input_of(file), now.input_of(file))
+            assert same_input(then.input_of(file), now.input_of(file))
     for artifact, data_class in itertools.product(artifacts, (True, False)):
         old = tmp_path / f"old-{data_class}{artifact.suffix}"
         shutil.copy(artifact, old)
@@ -222,7 +227,7 @@ def test_an_artifact_exported_before_the_preprocessing_was_data_predicts_as_befo
         classifier = load_classifier(old)
         # Images go through the data module's transform, exactly as before.
         for file in files:
-            assert torch.equal(classifier.input_of(file), checkpoint.input_of(file))
+            assert same_input(classifier.input_of(file), checkpoint.input_of(file))
         rows = classify(classifier, files)
         assert [row["class"] for row in rows] == [row["class"] for row in expected]
         for row, reference in zip(rows, expected, strict=True):
@@ -263,7 +268,7 @@ def test_a_transform_the_metadata_cannot_describe_leaves_preprocessing_to_the_da
     files = write_images(tmp_path / "images")[:-1]
     classifier, checkpoint = load_classifier(artifact), load_classifier(last)
     for file in files:
-        assert torch.equal(classifier.input_of(file), checkpoint.input_of(file))
+        assert same_input(classifier.input_of(file), checkpoint.input_of(file))
 
 
 # The only modules of the project that predicting and serving an exported artifact import: the
@@ -325,6 +330,14 @@ def test_an_exported_artifact_predicts_and_serves_without_lightning_or_the_proje
         assert predicted == served == row["class"]
         assert probability == pytest.approx(row["probability"], abs=1e-6)
         assert served_probability == pytest.approx(row["probability"], abs=1e-6)
+    # An ONNX file alone: onnxruntime runs it on NumPy arrays, and torch is not imported.
+    finished = subprocess.run(
+        command[:5], capture_output=True, text=True, cwd=tmp_path, check=False
+    )
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    result = json.loads(finished.stdout.splitlines()[-1])
+    assert {module.split(".")[0] for module in result["modules"]} & {"torch", "lightning"} == set()
+    assert result["answers"][onnx.name][0] == result["answers"][onnx.name][2]
 
 
 def test_evaluate_tests_best_and_last_into_the_run_folder(train: Callable) -> None:
@@ -528,7 +541,7 @@ def test_server_answers_images_and_rejects_bad_requests(server: str, tmp_path: P
     artifact = next(Path("runs").rglob("export/*.onnx"))
     assert answer["class"] == load_classifier(artifact).class_names[
         int(load_classifier(artifact).probabilities(
-            load_classifier(artifact).input_of(files[0]).unsqueeze(0)).argmax())
+            load_classifier(artifact).input_of(files[0])[None]).argmax())
     ]  # fmt: skip
 
     with ThreadPoolExecutor(max_workers=6) as pool:

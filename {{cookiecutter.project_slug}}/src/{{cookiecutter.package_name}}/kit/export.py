@@ -145,7 +145,10 @@ def verify(
     """Compare the artifact's logits with the model's; delete it and its metadata if they differ."""
     network = load_classifier(artifact).network
     with torch.inference_mode():
-        diffs = [(network(batch[:n]) - model(batch[:n])).abs().max().item() for n in BATCH_SIZES]
+        diffs = [
+            (torch.as_tensor(network(batch[:n])) - model(batch[:n])).abs().max().item()
+            for n in BATCH_SIZES
+        ]
     if max(diffs) > tolerance:
         artifact.unlink()
         metadata_path(artifact).unlink()

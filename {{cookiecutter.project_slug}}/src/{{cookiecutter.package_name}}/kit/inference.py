@@ -6,17 +6,18 @@ preprocesses with its data module's `prediction_transform`. An exported artifact
 preprocessing as data in its metadata file, with the name of the inputs module that applies
 it (`preprocess`), so an ONNX or torch.export artifact loads and predicts without Lightning
 and without the project's model and data classes; those are imported only for a checkpoint, a
-state_dict and an artifact exported before the preprocessing was recorded as data.
+state_dict and an artifact exported before the preprocessing was recorded as data. An ONNX
+artifact does not import torch either: onnxruntime runs it on the inputs module's NumPy arrays.
 """
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import Tensor
+import numpy as np
+from scipy.special import softmax
 
 from .errors import ConfigError
 from .project import Inputs, Project, current, handed_over, inputs_module
@@ -30,21 +31,40 @@ METADATA_VERSION = 3
 
 @dataclass
 class Classifier:
-    """A network (batch -> logits) with what it needs to read inputs and name classes."""
+    """A network (batch -> logits) with what it needs to read inputs and name classes.
 
-    network: Callable[[Tensor], Tensor]
+    Model inputs are NumPy arrays where the preprocessing is recorded as data, torch tensors
+    where a data module's transform makes them; `stack` batches either kind.
+    """
+
+    network: Callable[[Any], Any]  # NumPy arrays in and out for ONNX, torch tensors otherwise
     class_names: list[str]
     input_shape: tuple[int, ...]
     inputs: Inputs
-    transform: Callable[[Any], Tensor]  # a read input -> one model input
+    transform: Callable[[Any], Any]  # a read input -> one model input
+    takes_arrays: bool = False  # the network runs on NumPy arrays, without torch
 
-    def input_of(self, source: Path | bytes) -> Tensor:
+    def input_of(self, source: Path | bytes) -> Any:
         """One input file, or its bytes, as model input; raises errors.UnreadableInputError."""
         return self.transform(self.inputs.read(source))
 
-    def probabilities(self, batch: Tensor) -> Tensor:
+    def probabilities(self, batch: Any) -> np.ndarray:
+        """Class probabilities, (batch, classes), of a batch of model inputs."""
+        if self.takes_arrays:
+            return softmax(self.network(batch), axis=-1)
+        import torch
+
         with torch.inference_mode():
-            return self.network(batch).softmax(dim=-1)
+            return self.network(torch.as_tensor(batch)).softmax(dim=-1).numpy(force=True)
+
+
+def stack(inputs: Sequence[Any]) -> Any:
+    """A batch of `Classifier.input_of`'s model inputs."""
+    if all(isinstance(one, np.ndarray) for one in inputs):
+        return np.stack(inputs)
+    import torch
+
+    return torch.stack([torch.as_tensor(one) for one in inputs])
 
 
 def metadata_path(artifact: Path) -> Path:
@@ -75,7 +95,8 @@ def load_classifier(path: str | Path) -> Classifier:
     shape = tuple(metadata["input_shape"])
     inputs = inputs_module(recorded_inputs(metadata, path), str(path))
     transform = artifact_transform(metadata, metadata_path(path), inputs)
-    return Classifier(network, metadata["class_names"], shape, inputs, transform)
+    names = metadata["class_names"]
+    return Classifier(network, names, shape, inputs, transform, takes_arrays=kind == "onnx")
 
 
 def recorded_inputs(metadata: dict[str, Any], path: Path) -> str:
@@ -107,7 +128,7 @@ def read_metadata(artifact: Path) -> dict[str, Any]:
 
 def artifact_transform(
     metadata: dict[str, Any], source: Path, inputs: Inputs
-) -> Callable[[Any], Tensor]:
+) -> Callable[[Any], Any]:
     """A read input -> model input, from the preprocessing the metadata records as data.
 
     Metadata without it (an export from before, where `preprocessing` was the transform's
@@ -124,11 +145,11 @@ def artifact_transform(
     if missing := [key for key in inputs.STEPS if key not in steps]:
         raise ConfigError(f"{source}: 'preprocessing' lacks {', '.join(missing)}")
     mean, std = metadata["mean"], metadata["std"]
-    return lambda raw: torch.from_numpy(inputs.preprocess(raw, steps, mean, std))
+    return lambda raw: inputs.preprocess(raw, steps, mean, std)
 
 
-def onnx_network(path: Path) -> Callable[[Tensor], Tensor]:
-    """Logits from an ONNX file run by onnxruntime on the CPU."""
+def onnx_network(path: Path) -> Callable[[Any], np.ndarray]:
+    """Logits (a NumPy array) from an ONNX file run by onnxruntime on the CPU."""
     import onnxruntime
 
     try:
@@ -138,15 +159,19 @@ def onnx_network(path: Path) -> Callable[[Tensor], Tensor]:
         raise ConfigError(f"{path} is truncated or not an ONNX model ({reason})") from None
     (model_input,) = session.get_inputs()
 
-    def run(batch: Tensor) -> Tensor:
-        (logits,) = session.run(None, {model_input.name: batch.numpy(force=True)})
-        return torch.from_numpy(logits)
+    def run(batch: Any) -> np.ndarray:
+        if not isinstance(batch, np.ndarray):  # a torch tensor (export.py's parity check)
+            batch = batch.numpy(force=True)
+        (logits,) = session.run(None, {model_input.name: batch})
+        return logits
 
     return run
 
 
-def exported_network(path: Path) -> Callable[[Tensor], Tensor]:
+def exported_network(path: Path) -> Callable[[Any], Any]:
     """Logits from a torch.export program (.pt2)."""
+    import torch
+
     try:
         return torch.export.load(path).module()
     except Exception as error:  # a damaged archive fails in the zip reader or the deserializer
@@ -154,7 +179,7 @@ def exported_network(path: Path) -> Callable[[Tensor], Tensor]:
         raise ConfigError(f"{path} is truncated or not a torch.export program ({reason})") from None
 
 
-def state_dict_network(path: Path, metadata: dict[str, Any]) -> Callable[[Tensor], Tensor]:
+def state_dict_network(path: Path, metadata: dict[str, Any]) -> Callable[[Any], Any]:
     """Logits from the model that the metadata describes, with the weights in `path`."""
     from .checkpoint import build_model, load_checkpoint
 

@@ -13,11 +13,10 @@ import json
 import sys
 from pathlib import Path
 
-import torch
 from jsonargparse import ArgumentParser
 
 from .errors import ConfigError, UnreadableInputError
-from .inference import Classifier, load_classifier
+from .inference import Classifier, load_classifier, stack
 from .project import Inputs
 
 OUTPUT_SUFFIXES = (".csv", ".json")
@@ -53,10 +52,10 @@ def predict(classifier: Classifier, files: list[Path], batch_size: int = 64) -> 
         rows.append(row)
     for start in range(0, len(readable), batch_size):
         chunk = readable[start : start + batch_size]
-        probabilities = classifier.probabilities(torch.stack([image for _, image in chunk]))
-        values, indices = probabilities.max(dim=-1)
-        for (row, _), value, index in zip(chunk, values, indices, strict=True):
-            row["class"], row["probability"] = classifier.class_names[index], value.item()
+        probabilities = classifier.probabilities(stack([image for _, image in chunk]))
+        for (row, _), one in zip(chunk, probabilities, strict=True):
+            best = int(one.argmax())
+            row["class"], row["probability"] = classifier.class_names[best], float(one[best])
     return rows
 
 

@@ -6,7 +6,8 @@ POST /predict with JSON {"<field>": "<base64 of an input file>"} returns
 {"class": ..., "probability": ..., "probabilities": {class name: probability}}; the field is
 the project inputs module's FIELD ("image" for images). GET /health answers "ok" once the
 model is loaded. An exported artifact is preprocessed from its metadata file, so serving one
-imports neither Lightning nor the project's model and data classes.
+imports neither Lightning nor the project's model and data classes (and an ONNX file not
+torch: its server starts in about half the time).
 """
 
 import base64
@@ -14,15 +15,16 @@ import binascii
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import litserve as ls
+import numpy as np
 from fastapi import HTTPException
 from jsonargparse import ArgumentParser
 from pydantic import BaseModel, ConfigDict
-from torch import Tensor
 
 from .errors import ConfigError, InputTooLargeError, UnreadableInputError
-from .inference import load_classifier
+from .inference import load_classifier, stack
 from .project import handed_over, use
 
 MAX_MEGABYTES = 10
@@ -50,7 +52,7 @@ class ClassifierAPI(ls.LitAPI):
             use(self.project)
         self.classifier = load_classifier(self.model)
 
-    def decode_request(self, request: InputRequest) -> Tensor:
+    def decode_request(self, request: InputRequest) -> Any:
         inputs = self.classifier.inputs
         field, one_file = inputs.FIELD, inputs.ONE_FILE
         value = (request.model_extra or {}).get(field)
@@ -72,15 +74,15 @@ class ClassifierAPI(ls.LitAPI):
                 415, f"'{field}' could not be decoded ({error}); {inputs.ACCEPTED} are accepted"
             ) from None
 
-    def predict(self, image: Tensor) -> Tensor:
-        return self.classifier.probabilities(image.unsqueeze(0))[0]
+    def predict(self, one_input: Any) -> np.ndarray:
+        return self.classifier.probabilities(stack([one_input]))[0]
 
-    def encode_response(self, probabilities: Tensor) -> dict:
+    def encode_response(self, probabilities: np.ndarray) -> dict:
         names = self.classifier.class_names
         best = int(probabilities.argmax())
         return {
             "class": names[best],
-            "probability": probabilities[best].item(),
+            "probability": float(probabilities[best]),
             "probabilities": dict(zip(names, probabilities.tolist(), strict=True)),
         }
 
