@@ -88,6 +88,35 @@ def test_every_question_is_measured_and_written(bench: tuple[list[dict], dict, s
         assert line.endswith("| at most 1.15 |" if "digits" in measure else "| at most 15 |")
 
 
+def test_mnist_cut_to_a_few_batches_is_also_compared_on_full_epochs(module: ModuleType) -> None:
+    labels = {"digits": "digits", "mnist": "mnist (real MNIST)"}
+
+    def planned(*argv: str) -> list[tuple]:
+        # The options main() reads, as make bench gives them, then the flags given.
+        options = module.argparse.Namespace(
+            quick=False, rounds=3, epochs=4, compare=["digits", "mnist"], mnist_batches=None,
+            mnist_full_rounds=1,
+        )  # fmt: skip
+        for flag, value in zip(argv[::2], argv[1::2], strict=True):
+            setattr(options, flag.lstrip("-").replace("-", "_"), int(value))
+        return module.comparisons(options, labels)
+
+    assert planned("--mnist-batches", "20") == [
+        ("digits", "digits", None, 3, 4),
+        ("mnist", "mnist (real MNIST)", 20, 3, 4),
+        ("mnist", "mnist (real MNIST), full epochs", None, 1, 2),
+    ]
+    # Full epochs already, or the extra comparison turned off: nothing added.
+    assert [p[1] for p in planned()] == ["digits", "mnist (real MNIST)"]
+    assert len(planned("--mnist-batches", "20", "--mnist-full-rounds", "0")) == 2
+    # Each of the rows has its target beside it.
+    goals = module.targets(20)
+    assert goals["mnist (real MNIST), full epochs: Trainer / plain loop (same data path)"] == (
+        "at most 1.05"
+    )
+    assert goals["mnist (real MNIST): Trainer / plain loop (same data path)"] == "at most 1.10"
+
+
 def test_trainer_and_plain_loop_reach_the_same_loss(bench: tuple[list[dict], dict, str]) -> None:
     # Same seed, initial weights, batch order and augmentation draws: the same losses.
     rows, _, _ = bench
