@@ -174,7 +174,8 @@ def test_a_penalty_that_a_module_carries_is_logged_by_a_readable_name(
     model = configured(*penalty("0.5"))
     (name,) = model.regularization()
     assert not re.search(r"(^|\.)\d+(\.|$)", name), f"{name}: a position, not a name"
-    trainer = quiet_trainer(max_epochs=1, limit_train_batches=2)
+    # Step values are logged on the steps that write to the loggers: here, every step.
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=2, log_every_n_steps=1)
     trainer.fit(model, datamodule=datamodule)
     logged = trainer.callback_metrics
     assert float(logged[f"train/regularization/{name}_step"]) > 0

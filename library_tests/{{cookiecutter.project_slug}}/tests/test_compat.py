@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning import Trainer
+from lightning import LightningModule, Trainer
 from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import TQDMProgressBar
@@ -28,6 +28,7 @@ from {{ cookiecutter.package_name }}.kit.compat import (
     PacingHook,
     destroy_process_group,
     logs_this_step,
+    module_logs_this_step,
     set_collective_timeout,
 {%- if cookiecutter.sweep == "yes" %}
     trial_id,
@@ -147,6 +148,16 @@ def test_a_step_logs_every_log_every_n_steps() -> None:
     assert logs == [False, False, True, False, False, True, False]
     trainer.should_stop = True  # the last step of a run logs too
     assert logs_this_step(trainer)
+    trainer = Trainer(fast_dev_run=True, logger=False)  # every step of a fast_dev_run logs
+    trainer.training = True
+    trainer.fit_loop.epoch_loop._batches_that_stepped = 1
+    assert logs_this_step(trainer)
+    # A module's step run by hand, without a trainer, logs (its self.log calls do nothing).
+    module = LightningModule()
+    assert module_logs_this_step(module)
+    module.trainer = Trainer(log_every_n_steps=3, logger=False, enable_checkpointing=False)
+    module.trainer.training = True
+    assert not module_logs_this_step(module)
 {%- if cookiecutter.sweep == "yes" %}
 
 

@@ -113,6 +113,24 @@ def test_resume_from_last_continues_at_the_saved_epoch_and_step(train: Callable)
     assert len(steps) == len(set(steps)) == 12  # steps 0-7 once, then 8-11: no restart from zero
 
 
+def test_the_step_loss_is_logged_on_the_steps_that_write_it_only(
+    train: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each self.log call costs Lightning about as much Python as a small network's step.
+    logged = []
+    log = ImageClassifier.log
+
+    def counted(self: ImageClassifier, name: str, *args: object, **kwargs: object) -> None:
+        if name == "train/loss_step":
+            logged.append(self.global_step)
+        log(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(ImageClassifier, "log", counted)
+    train("--max_epochs", "2", "--trainer.log_every_n_steps", "3")  # 8 steps
+    assert logged == [2, 5]
+    assert [step for step, _ in scalars(RUN, "train/loss_step")] == logged
+
+
 def test_resume_last_goes_on_as_the_newest_run_was_configured(train: Callable) -> None:
     train("--max_epochs", "1")
     train("--max_epochs", "1", "--config", str(CONFIGS / "model" / "sgd_step.yaml"))

@@ -13,6 +13,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from .backbones import ConvNet
+from .kit.compat import module_logs_this_step
 from .kit.errors import ConfigError
 from .kit.layers import (
     contiguous_single_channel_grads,
@@ -118,8 +119,12 @@ class ImageClassifier(L.LightningModule):
         # <name>_step is this process's value: averaging it over the processes every step
         # would make each wait for the others, and showing it in the bar (prog_bar) the host
         # for the device (the bar shows train/loss_step when it logs: configs/default.yaml).
+        # It is logged only on the steps that write to the loggers, which are the only ones
+        # that keep it: each self.log call costs about as much Python as a small network's
+        # whole step (benchmarks/README.md, "Python calls per step").
         # <name>_epoch is the epoch's mean over all processes, averaged once, at its end.
-        self.log(f"{name}_step", value)
+        if module_logs_this_step(self):
+            self.log(f"{name}_step", value)
         self.log(
             f"{name}_epoch", value, prog_bar=prog_bar, on_step=False, on_epoch=True, sync_dist=True
         )

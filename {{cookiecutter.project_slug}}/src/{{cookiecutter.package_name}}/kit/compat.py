@@ -71,11 +71,19 @@ def destroy_process_group() -> None:
 
 def logs_this_step(trainer: Any) -> bool:
     """Whether the training step under way writes to the loggers (every `log_every_n_steps`,
-    and when the run stops); asked from `on_train_batch_start` to `on_train_batch_end`.
+    when the run stops, and every step of a fast_dev_run); asked from `on_train_batch_start`
+    to `on_train_batch_end`.
 
     Lightning keeps it in a private attribute of the trainer, as its own LR monitor reads it.
     """
-    return trainer._logger_connector.should_update_logs
+    return trainer._logger_connector.should_update_logs or bool(trainer.fast_dev_run)
+
+
+def module_logs_this_step(module: Any) -> bool:
+    """`logs_this_step` of the trainer running a LightningModule's training step; True when
+    none does (a step called by hand, whose `self.log` calls warn and do nothing)."""
+    trainer = module._trainer  # `module.trainer` raises when there is none
+    return trainer is None or logs_this_step(trainer)
 
 
 class PacingHook(TQDMProgressBar):
