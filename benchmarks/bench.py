@@ -493,6 +493,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         result = measure(projects[dataset], "compare", workdir / f"compare-{key}.json", *args)
         raw[f"compare/{key}"] = result
         rows += summarise_compare(label, result)
+    # A count, not a time: per-step overhead that a busy machine's noise does not hide.
+    limit = ["--limit", "3"] if options.quick else []
+    out = workdir / "calls-digits.json"
+    raw["calls"] = measure(projects["digits"], "calls", out, "--epochs", "3", *limit)
+    rows += [
+        row("digits: Python calls per training step, Trainer", "calls", [raw["calls"]["trainer"]]),
+        row("digits: Python calls per training step, plain loop", "calls", [raw["calls"]["plain"]]),
+    ]
     raw["startup"] = startup(projects["digits"], rounds, options.accelerator)
     rows += summarise_startup(raw["startup"])
     for dataset in options.loaders:

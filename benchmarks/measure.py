@@ -6,9 +6,11 @@ a shared machine spreads over all sides alike.
 """
 
 import argparse
+import cProfile
 import importlib
 import json
 import os
+import pstats
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -511,9 +513,61 @@ def samples_per_second(
     return count / (sync(device) - start)
 
 
+class CallCount(Callback):
+    """Python function calls (cProfile's count) from each training batch's start to its end,
+    after the first epoch: the step, its hooks, logging and the bar. A count, not a time:
+    it does not move with the load of a shared machine."""
+
+    def __init__(self) -> None:
+        self.profile = cProfile.Profile()
+        self.steps = 0
+
+    def on_train_batch_start(self, trainer: Trainer, *_: Any) -> None:
+        if trainer.current_epoch > 0:
+            self.profile.enable()
+
+    def on_train_batch_end(self, trainer: Trainer, *_: Any) -> None:
+        if trainer.current_epoch > 0:
+            self.profile.disable()
+            self.steps += 1
+
+
+def calls(options: argparse.Namespace) -> dict[str, float]:
+    """Python calls per training step: the project's Trainer as train.py builds it, and the
+    plain loop's step (zero_grad, forward, loss, backward, AdamW, the schedule) on the same
+    network and batches."""
+    cli = importlib.import_module(f"{options.package}.kit.cli")
+    counted = CallCount()
+    args = ["--max_epochs", str(options.epochs), "--accelerator", "cpu", "--devices", "1"]
+    args += ["--trainer.enable_model_summary", "false", *options.data_args]
+    args += [] if options.limit is None else ["--trainer.limit_train_batches", str(options.limit)]
+    built = cli.build_cli(args, callbacks=[counted])
+    built.trainer.fit(built.model, datamodule=built.datamodule)
+    trainer_calls = pstats.Stats(counted.profile).total_calls / counted.steps
+    model = cli.build_model(args)
+    network, loss_fn = model.backbone, model.loss
+    optimizer = torch.optim.AdamW(network.parameters())
+    scheduler = importlib.import_module(f"{options.package}.kit.schedules").warmup_cosine(
+        optimizer, 100, 0.05
+    )
+    dm = built.datamodule
+    batches = [(dm.normalise(dm.augment(x)), y) for x, y in list(dm.train_dataloader())[:5]]
+    profile = cProfile.Profile()
+    for step, (x, y) in enumerate(batches * 2):
+        if step == len(batches):  # the first pass is the warm-up
+            profile.enable()
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(network(x), y).backward()
+        optimizer.step()
+        scheduler.step()
+    profile.disable()
+    plain_calls = pstats.Stats(profile).total_calls / len(batches)
+    return {"trainer": trainer_calls, "plain": plain_calls}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("question", choices=["compare", "throughput", "accuracy", "paths"])
+    parser.add_argument("question", choices=["compare", "throughput", "accuracy", "paths", "calls"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="accuracy: data seeds")
     parser.add_argument("--package-dataset", default="", help="accuracy: the render's dataset")
     parser.add_argument("--package", required=True)
@@ -544,7 +598,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         os.chdir(folder)  # run folders and checkpoints of the Trainer go there
         questions = {
-            "compare": compare, "throughput": throughput, "accuracy": accuracy, "paths": paths
+            "compare": compare, "throughput": throughput, "accuracy": accuracy, "paths": paths,
+            "calls": calls,
         }  # fmt: skip
         result = questions[options.question](options)
     options.out.write_text(json.dumps(result))

@@ -50,6 +50,8 @@ def test_every_question_is_measured_and_written(bench: tuple[list[dict], dict, s
         "digits: Trainer / plain loop (same data path)",
         "digits: Trainer per epoch, sum of fixed costs",
         "digits: Trainer, one drawing of the curves",
+        "digits: Python calls per training step, Trainer",
+        "digits: Python calls per training step, plain loop",
         "digits: cost per training step of progress bar",
         "digits: cost per training step of the paced TQDM bar",
         "digits: cost per training step of Lightning's Rich bar",
@@ -80,6 +82,12 @@ def test_every_question_is_measured_and_written(bench: tuple[list[dict], dict, s
         assert found and all(math.isfinite(v) for v in found), start
     assert table.splitlines()[0] == "| measure | unit | median | min | max | target |"
     assert len(table.splitlines()) == len(rows) + 2
+    # The Trainer's step does everything the plain loop's does, and more (hooks, logging).
+    trainer_calls, plain_calls = (
+        values(rows, f"digits: Python calls per training step, {side}")[0]
+        for side in ("Trainer", "plain loop")
+    )
+    assert plain_calls > 100 and trainer_calls > plain_calls
     stages = sum(values(rows, f"journey: {s}")[0] for s in ("render", "train", "export"))
     assert stages < values(rows, "journey: total")[0]
     # The measures the issue sets targets for show them beside the figures.

@@ -119,9 +119,8 @@ class ImageClassifier(L.LightningModule):
         # <name>_step is this process's value: averaging it over the processes every step
         # would make each wait for the others, and showing it in the bar (prog_bar) the host
         # for the device (the bar shows train/loss_step when it logs: configs/default.yaml).
-        # It is logged only on the steps that write to the loggers, which are the only ones
-        # that keep it: each self.log call costs about as much Python as a small network's
-        # whole step (benchmarks/README.md, "Python calls per step").
+        # It is logged only on the steps that write to the loggers, the only ones that keep
+        # it: every self.log call is a lot of Python work for Lightning, on every step.
         # <name>_epoch is the epoch's mean over all processes, averaged once, at its end.
         if module_logs_this_step(self):
             self.log(f"{name}_step", value)
