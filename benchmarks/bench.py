@@ -380,7 +380,7 @@ def comparisons(
     for dataset in options.compare:
         limit = 3 if options.quick else (options.mnist_batches if dataset == "mnist" else None)
         planned.append((dataset, labels[dataset], limit, rounds, epochs))
-        if dataset == "mnist" and limit is not None and options.mnist_full_rounds:
+        if dataset == "mnist" and options.mnist_batches and options.mnist_full_rounds:
             label = f"{labels[dataset]}, full epochs"
             planned.append((dataset, label, None, options.mnist_full_rounds, min(epochs, 2)))
     return planned

@@ -6,8 +6,8 @@ POST /predict with JSON {"<field>": "<base64 of an input file>"} returns
 {"class": ..., "probability": ..., "probabilities": {class name: probability}}; the field is
 the project inputs module's FIELD ("image" for images). GET /health answers "ok" once the
 model is loaded. An exported artifact is preprocessed from its metadata file, so serving one
-imports neither Lightning nor the project's model and data classes (and an ONNX file not
-torch: its server starts in about half the time).
+imports neither Lightning nor the project's model and data classes (and an ONNX file with
+its preprocessing recorded not torch: its server starts in about half the time).
 """
 
 import base64
