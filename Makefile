@@ -26,7 +26,7 @@ demo: venv
 	print("test/acc = %.4f (run folder: %s)" % (json.loads(path.read_text())["test/acc"], path.parent))'
 
 test: venv
-	$(PYTHON) -m pytest tests -raP
+	$(PYTHON) -m pytest tests -raP --durations=40
 
 lint: venv
 	$(VENV)/bin/ruff check tests hooks docs benchmarks

@@ -28,6 +28,7 @@ from {{ cookiecutter.package_name }}.kit.compat import (
     PacingHook,
     destroy_process_group,
     logs_this_step,
+    module_holds_for_this_epoch,
     module_logs_this_step,
     set_collective_timeout,
 {%- if cookiecutter.sweep == "yes" %}
@@ -158,6 +159,45 @@ def test_a_step_logs_every_log_every_n_steps() -> None:
     module.trainer = Trainer(log_every_n_steps=3, logger=False, enable_checkpointing=False)
     module.trainer.training = True
     assert not module_logs_this_step(module)
+
+
+def test_a_module_knows_what_lightning_holds_for_this_epoch(tmp_path: Path) -> None:
+    """Asked before each self.log: True once a name is logged in this hook, until Lightning
+    resets its results (each training epoch's end, each validation run's end)."""
+    seen = []
+
+    class Logs(LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def step(self, batch: list[torch.Tensor], stage: str) -> torch.Tensor:
+            seen.append((stage, module_holds_for_this_epoch(self, [f"{stage}/x", f"{stage}/y"])))
+            loss = self.layer(batch[0]).mean()
+            self.log(f"{stage}/x", loss)
+            if stage == "train" or not self.trainer.sanity_checking:  # y: not in the sanity run
+                self.log(f"{stage}/y", loss)
+            return loss
+
+        def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+            return self.step(batch, "train")
+
+        def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
+            self.step(batch, "val")
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)), 2)
+    trainer = Trainer(
+        max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path, num_sanity_val_steps=2,
+    )  # fmt: skip
+    module = Logs()
+    assert not module_holds_for_this_epoch(module, ["train/x"])  # no trainer
+    trainer.fit(module, loader, loader)
+    epoch = [("train", False), ("train", True), ("val", False), ("val", True)]
+    assert seen == [("val", False), ("val", False), *epoch, *epoch]
 {%- if cookiecutter.sweep == "yes" %}
 
 

@@ -131,6 +131,39 @@ def test_the_step_loss_is_logged_on_the_steps_that_write_it_only(
     assert [step for step, _ in scalars(RUN, "train/loss_step")] == logged
 
 
+def test_the_metric_objects_are_logged_once_an_epoch_and_computed_over_all_its_steps(
+    train: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Lightning keeps a logged metric object and computes it at the epoch's end: logging it
+    # again at every step costs as much Python as the step.
+    logged: list[tuple[str, int]] = []
+    right: dict[tuple[str, int], list[bool]] = {}
+    log_metrics = ImageClassifier._log_metrics
+    log_dict = ImageClassifier.log_dict
+
+    def recorded(self: ImageClassifier, metrics, logits: torch.Tensor, y: torch.Tensor) -> None:
+        stage = next(iter(metrics.keys())).split("/")[0]
+        epoch = self.current_epoch if not self.trainer.sanity_checking else -1
+        right.setdefault((stage, epoch), []).extend((logits.argmax(-1) == y).tolist())
+        log_metrics(self, metrics, logits, y)
+
+    def counted(self: ImageClassifier, values, *args: object, **kwargs: object) -> None:
+        stage = next(iter(values.keys())).split("/")[0]
+        logged.append((stage, self.current_epoch if not self.trainer.sanity_checking else -1))
+        log_dict(self, values, *args, **kwargs)
+
+    monkeypatch.setattr(ImageClassifier, "_log_metrics", recorded)
+    monkeypatch.setattr(ImageClassifier, "log_dict", counted)
+    train("--max_epochs", "2")  # 4 training steps an epoch
+    assert len(right["train", 0]) > 4 * 2  # several steps, several images each
+    # Once a training epoch, once a validation run (the sanity check's too), once the test.
+    assert logged == [("val", -1), ("train", 0), ("val", 0), ("train", 1), ("val", 1), ("test", 2)]
+    for stage, tag in (("train", "train/acc"), ("val", "val/acc")):
+        values = [value for _, value in scalars(RUN, tag)]
+        expected = [sum(right[stage, e]) / len(right[stage, e]) for e in (0, 1)]
+        assert values == pytest.approx(expected), tag
+
+
 def test_resume_last_goes_on_as_the_newest_run_was_configured(train: Callable) -> None:
     train("--max_epochs", "1")
     train("--max_epochs", "1", "--config", str(CONFIGS / "model" / "sgd_step.yaml"))

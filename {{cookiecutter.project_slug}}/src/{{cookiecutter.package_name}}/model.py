@@ -13,7 +13,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from .backbones import ConvNet
-from .kit.compat import module_logs_this_step
+from .kit.compat import module_holds_for_this_epoch, module_logs_this_step
 from .kit.errors import ConfigError
 from .kit.layers import (
     contiguous_single_channel_grads,
@@ -232,5 +232,8 @@ class ImageClassifier(L.LightningModule):
         # epoch on every rank at the same point (computing gathers every process's counts)
         # and resets them. Computing them in an epoch-end hook of this module instead would
         # put that gather after the progress bar's own sync on rank 0 only: a deadlock.
+        # Logged once an epoch, as Lightning keeps the objects: each self.log call costs
+        # Lightning more Python work than the rest of a small step.
         metrics.update(logits, y)
-        self.log_dict(metrics, prog_bar=True, on_step=False, on_epoch=True)
+        if not module_holds_for_this_epoch(self, metrics.keys()):
+            self.log_dict(metrics, prog_bar=True, on_step=False, on_epoch=True)

@@ -1,6 +1,7 @@
 """The one place that touches private parts of libraries; the library's tests check them."""
 
 import csv
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -84,6 +85,26 @@ def module_logs_this_step(module: Any) -> bool:
     none does (a step called by hand, whose `self.log` calls warn and do nothing)."""
     trainer = module._trainer  # `module.trainer` raises when there is none
     return trainer is None or logs_this_step(trainer)
+
+
+def module_holds_for_this_epoch(module: Any, names: Iterable[str]) -> bool:
+    """Whether the Lightning loop running one of a LightningModule's hooks holds a value logged
+    under each of these names in this hook since its results were last reset (at the end of
+    each training epoch and of each validation or test run): a metric object logged once
+    there is computed at the epoch's end like one logged at every step. False when no trainer
+    runs the module.
+
+    Lightning keeps logged values in a private `_ResultCollection` under "<hook>.<name>" keys.
+    """
+    trainer = module._trainer
+    results = None if trainer is None else trainer._results
+    if results is None:
+        return False
+    hook = module._current_fx_name
+    return all(
+        (result := results.get(f"{hook}.{name}")) is not None and not result.has_reset
+        for name in names
+    )
 
 
 class PacingHook(TQDMProgressBar):
