@@ -141,15 +141,17 @@ def test_the_metric_objects_are_logged_once_an_epoch_and_computed_over_all_its_s
     log_metrics = ImageClassifier._log_metrics
     log_dict = ImageClassifier.log_dict
 
+    def when(module: ImageClassifier, metrics) -> tuple[str, int]:
+        """The metrics' stage ("train/acc" -> "train") and epoch (-1: the sanity check)."""
+        epoch = -1 if module.trainer.sanity_checking else module.current_epoch
+        return next(iter(metrics.keys())).split("/")[0], epoch
+
     def recorded(self: ImageClassifier, metrics, logits: torch.Tensor, y: torch.Tensor) -> None:
-        stage = next(iter(metrics.keys())).split("/")[0]
-        epoch = self.current_epoch if not self.trainer.sanity_checking else -1
-        right.setdefault((stage, epoch), []).extend((logits.argmax(-1) == y).tolist())
+        right.setdefault(when(self, metrics), []).extend((logits.argmax(-1) == y).tolist())
         log_metrics(self, metrics, logits, y)
 
     def counted(self: ImageClassifier, values, *args: object, **kwargs: object) -> None:
-        stage = next(iter(values.keys())).split("/")[0]
-        logged.append((stage, self.current_epoch if not self.trainer.sanity_checking else -1))
+        logged.append(when(self, values))
         log_dict(self, values, *args, **kwargs)
 
     monkeypatch.setattr(ImageClassifier, "_log_metrics", recorded)

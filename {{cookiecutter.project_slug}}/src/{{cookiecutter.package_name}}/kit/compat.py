@@ -88,11 +88,10 @@ def module_logs_this_step(module: Any) -> bool:
 
 
 def module_holds_for_this_epoch(module: Any, names: Iterable[str]) -> bool:
-    """Whether the Lightning loop running one of a LightningModule's hooks holds a value logged
-    under each of these names in this hook since its results were last reset (at the end of
-    each training epoch and of each validation or test run): a metric object logged once
-    there is computed at the epoch's end like one logged at every step. False when no trainer
-    runs the module.
+    """Whether every one of these names was logged in the running hook since Lightning last
+    reset its results (each training epoch's end, each validation or test run's end); False
+    without a trainer. A metric object logged once by then is computed at the epoch's end as
+    if it had been logged at every step.
 
     Lightning keeps logged values in a private `_ResultCollection` under "<hook>.<name>" keys.
     """
