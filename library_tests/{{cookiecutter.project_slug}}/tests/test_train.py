@@ -166,6 +166,41 @@ def test_the_metric_objects_are_logged_once_an_epoch_and_computed_over_all_its_s
         assert values == pytest.approx(expected), tag
 
 
+def test_the_epoch_means_of_the_loss_and_its_terms_are_logged_once_an_epoch(
+    train: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The means are metric objects (kit.metrics.EpochMeans) logged once an epoch, not a
+    # self.log call at every step; they weigh each step by its batch size, as self.log does.
+    steps: dict[tuple[str, int], list[tuple[float, int]]] = {}
+    logged: list[tuple[str, int]] = []
+    log_step_and_epoch = ImageClassifier._log_step_and_epoch
+    log = LightningModule.log
+
+    def recorded(self: ImageClassifier, name: str, value: torch.Tensor, batch_size: int, **kw):
+        steps.setdefault((name, self.current_epoch), []).append((value.item(), batch_size))
+        log_step_and_epoch(self, name, value, batch_size, **kw)
+
+    def counted(self: LightningModule, name: str, *args: object, **kwargs: object) -> None:
+        if name.endswith("_epoch"):
+            logged.append((name, self.current_epoch))
+        log(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(ImageClassifier, "_log_step_and_epoch", recorded)
+    monkeypatch.setattr(LightningModule, "log", counted)
+    train("--max_epochs", "2", "--model.backbone.head_penalty", "0.5")
+    names = sorted({name for name, _ in steps})
+    assert len(names) == 3  # the loss, the penalty's one term, their sum
+    assert sorted(logged) == sorted((f"{name}_epoch", e) for name in names for e in (0, 1))
+    for name in names:
+        assert len(steps[name, 0]) > 2  # test_metrics.py: batches of different sizes
+        expected = [
+            sum(v * n for v, n in steps[name, e]) / sum(n for _, n in steps[name, e])
+            for e in (0, 1)
+        ]
+        values = [value for _, value in scalars(RUN, f"{name}_epoch")]
+        assert values == pytest.approx(expected, rel=1e-6), name
+
+
 def test_resume_last_goes_on_as_the_newest_run_was_configured(train: Callable) -> None:
     train("--max_epochs", "1")
     train("--max_epochs", "1", "--config", str(CONFIGS / "model" / "sgd_step.yaml"))

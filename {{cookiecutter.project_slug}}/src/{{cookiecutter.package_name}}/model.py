@@ -22,6 +22,7 @@ from .kit.layers import (
     readable_name,
     to_channels_last,
 )
+from .kit.metrics import EpochMeans
 from .kit.schedules import warmup_cosine
 
 # (in_channels, num_classes) -> network; chosen in configs by class_path.
@@ -94,6 +95,7 @@ class ImageClassifier(L.LightningModule):
         # higher_is_better says which way it is better (a new metric here is monitorable too).
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
+        self.epoch_means = EpochMeans()  # train/loss_epoch and the regularization terms'
         self.example_input_array = torch.zeros(2, *input_shape)
         # ThroughputMonitor reads this; None: it logs samples and batches per second, no FLOPs.
         self.flops_per_batch: int | None = None
@@ -105,17 +107,19 @@ class ImageClassifier(L.LightningModule):
         x, y = batch
         logits = self(x)
         loss = self.loss(logits, y)
-        self._log_step_and_epoch("train/loss", loss, prog_bar=True)
+        self._log_step_and_epoch("train/loss", loss, len(y), prog_bar=True)
         self._log_metrics(self.train_metrics, logits, y)
         if terms := self.regularization():
             for name, term in terms.items():
-                self._log_step_and_epoch(f"train/regularization/{name}", term)
+                self._log_step_and_epoch(f"train/regularization/{name}", term, len(y))
             total = torch.stack(list(terms.values())).sum()
-            self._log_step_and_epoch("train/regularization", total)
+            self._log_step_and_epoch("train/regularization", total, len(y))
             loss = loss + total  # minimised; train/loss stays the data loss, like val/loss
         return loss
 
-    def _log_step_and_epoch(self, name: str, value: Tensor, prog_bar: bool = False) -> None:
+    def _log_step_and_epoch(
+        self, name: str, value: Tensor, batch_size: int, prog_bar: bool = False
+    ) -> None:
         # <name>_step is this process's value: averaging it over the processes every step
         # would make each wait for the others, and showing it in the bar (prog_bar) the host
         # for the device (the bar shows train/loss_step when it logs: configs/default.yaml).
@@ -124,9 +128,7 @@ class ImageClassifier(L.LightningModule):
         # <name>_epoch is the epoch's mean over all processes, averaged once, at its end.
         if module_logs_this_step(self):
             self.log(f"{name}_step", value)
-        self.log(
-            f"{name}_epoch", value, prog_bar=prog_bar, on_step=False, on_epoch=True, sync_dist=True
-        )
+        self.epoch_means.log(self, f"{name}_epoch", value, batch_size, prog_bar=prog_bar)
 
     def regularization(self) -> dict[str, Tensor]:
         """The extra loss terms that the backbone's modules carry, by readable module name:
