@@ -20,6 +20,7 @@ from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.kit.callbacks import EpochLine
 from {{ cookiecutter.package_name }}.kit.cli import CALLBACKS, TrainCLI, build_cli
 from {{ cookiecutter.package_name }}.kit.errors import ConfigError
+from {{ cookiecutter.package_name }}.kit.metrics import EpochMeans
 from {{ cookiecutter.package_name }}.kit.project import use
 from {{ cookiecutter.package_name }}.kit.runs import metric_directions
 from {{ cookiecutter.package_name }}.model import ImageClassifier
@@ -166,39 +167,49 @@ def test_the_metric_objects_are_logged_once_an_epoch_and_computed_over_all_its_s
         assert values == pytest.approx(expected), tag
 
 
-def test_the_epoch_means_of_the_loss_and_its_terms_are_logged_once_an_epoch(
+def test_the_losses_epoch_means_are_logged_once_an_epoch(
     train: Callable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The means are metric objects (kit.metrics.EpochMeans) logged once an epoch, not a
-    # self.log call at every step; they weigh each step by its batch size, as self.log does.
+    # The training loss and its terms, the validation and test losses: metric objects
+    # (kit.metrics.EpochMeans) logged once an epoch or run, not a self.log call at every step.
     steps: dict[tuple[str, int], list[tuple[float, int]]] = {}
     logged: list[tuple[str, int]] = []
-    log_step_and_epoch = ImageClassifier._log_step_and_epoch
+    update = EpochMeans.log
     log = LightningModule.log
 
-    def recorded(self: ImageClassifier, name: str, value: torch.Tensor, batch_size: int, **kw):
-        steps.setdefault((name, self.current_epoch), []).append((value.item(), batch_size))
-        log_step_and_epoch(self, name, value, batch_size, **kw)
+    def when(module: LightningModule) -> int:
+        return -1 if module.trainer.sanity_checking else module.current_epoch
+
+    def recorded(self: EpochMeans, module: LightningModule, name: str, value, size, **kw):
+        steps.setdefault((name, when(module)), []).append((value.item(), size))
+        update(self, module, name, value, size, **kw)
 
     def counted(self: LightningModule, name: str, *args: object, **kwargs: object) -> None:
-        if name.endswith("_epoch"):
-            logged.append((name, self.current_epoch))
+        logged.append((name, when(self)))
         log(self, name, *args, **kwargs)
 
-    monkeypatch.setattr(ImageClassifier, "_log_step_and_epoch", recorded)
+    monkeypatch.setattr(EpochMeans, "log", recorded)
     monkeypatch.setattr(LightningModule, "log", counted)
     train("--max_epochs", "2", "--model.backbone.head_penalty", "0.5")
     names = sorted({name for name, _ in steps})
-    assert len(names) == 3  # the loss, the penalty's one term, their sum
-    assert sorted(logged) == sorted((f"{name}_epoch", e) for name in names for e in (0, 1))
+    # The loss, the penalty's one term and their sum; the validation and test losses.
+    assert len(names) == 5 and {"train/loss_epoch", "val/loss", "test/loss"} <= set(names)
+    assert sorted(key for key in logged if key[0] in names) == sorted(steps)
+    assert sorted(steps) == sorted(
+        [(name, e) for name in names if name.startswith("train/") for e in (0, 1)]
+        + [("val/loss", e) for e in (-1, 0, 1)]
+        + [("test/loss", 2)]
+    )
     for name in names:
-        assert len(steps[name, 0]) > 2  # test_metrics.py: batches of different sizes
+        epochs = sorted(e for n, e in steps if n == name and e >= 0)
+        assert all(len(steps[name, e]) >= 2 for e in epochs)  # each step is averaged
         expected = [
             sum(v * n for v, n in steps[name, e]) / sum(n for _, n in steps[name, e])
-            for e in (0, 1)
+            for e in epochs
         ]
-        values = [value for _, value in scalars(RUN, f"{name}_epoch")]
-        assert values == pytest.approx(expected, rel=1e-6), name
+        if name != "test/loss":  # written by the test, not read back here
+            values = [value for _, value in scalars(RUN, name)]
+            assert values == pytest.approx(expected, rel=1e-6), name
 
 
 def test_resume_last_goes_on_as_the_newest_run_was_configured(train: Callable) -> None:

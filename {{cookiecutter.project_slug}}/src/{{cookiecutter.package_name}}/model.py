@@ -95,7 +95,8 @@ class ImageClassifier(L.LightningModule):
         # higher_is_better says which way it is better (a new metric here is monitorable too).
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
-        self.epoch_means = EpochMeans()  # train/loss_epoch and the regularization terms'
+        # The losses' means over an epoch, a validation or test run: one metric update a step.
+        self.epoch_means = EpochMeans()
         self.example_input_array = torch.zeros(2, *input_shape)
         # ThroughputMonitor reads this; None: it logs samples and batches per second, no FLOPs.
         self.flops_per_batch: int | None = None
@@ -200,7 +201,7 @@ class ImageClassifier(L.LightningModule):
     def _evaluate(self, batch: Batch, stage: str, metrics: MetricCollection) -> Tensor:
         x, y = batch
         logits = self(x)
-        self.log(f"{stage}/loss", self.loss(logits, y), sync_dist=True, prog_bar=True)
+        self.epoch_means.log(self, f"{stage}/loss", self.loss(logits, y), len(y), prog_bar=True)
         self._log_metrics(metrics, logits, y)
         return logits
 
