@@ -32,6 +32,7 @@ import sys
 import termios
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -398,30 +399,46 @@ def table(rows: list[dict[str, Any]], goals: dict[str, str] | None = None) -> st
     return "\n".join(lines)
 
 
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `minimum` (a negative count is refused
+    while the options are read, not after the first measurements)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text} is not a whole number of at least {minimum}")
+        return value
+
+    return parse
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--quick", action="store_true", help="tiny data, one round: checks the harness"
     )
-    parser.add_argument("--rounds", type=int, default=3, help="A/B rounds per comparison")
+    parser.add_argument("--rounds", type=at_least(1), default=3, help="A/B rounds per comparison")
     parser.add_argument(
         "--epochs",
-        type=int,
+        type=at_least(2),
         default=4,
         help="epochs per fit; the first is not counted, a fit's figure is the others' median",
     )
     parser.add_argument(
         "--mnist-batches",
-        type=int,
+        type=at_least(1),
         default=None,
         help="training (and validation) batches per mnist epoch; default: all",
     )
     parser.add_argument(
-        "--loader-batches", type=int, default=100, help="batches per loader throughput pass"
+        "--loader-batches", type=at_least(1), default=100, help="batches per loader throughput pass"
     )
     parser.add_argument(
         "--mnist-full-rounds",
-        type=int,
+        type=at_least(0),
         default=1,
         help="with --mnist-batches: rounds of a comparison with full mnist epochs too (two "
         "epochs, the second counted, after an untimed fit of each kind: about 10 minutes on 2 "
@@ -437,18 +454,21 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         help="default runs to train in full and test (mnist: about 6 minutes on 2 CPU cores)",
     )
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch CPU threads (1 steadies a shared machine)"
+        "--threads",
+        type=at_least(1),
+        default=None,
+        help="torch CPU threads (1 steadies a shared machine)",
     )
     parser.add_argument(
         "--folder-files",
-        type=int,
+        type=at_least(0),
         default=50_000,
         help="files of the image folder that the data paths (files, local shards, S3 shards) "
         "read; 0: skip them",
     )
     parser.add_argument(
         "--journey-rounds",
-        type=int,
+        type=at_least(0),
         default=3,
         help="rounds of cookiecutter -> train -> ONNX export -> server up -> one prediction "
         "(benchmarks/journey.py); 0: skip it",

@@ -125,6 +125,36 @@ def test_mnist_cut_to_a_few_batches_is_also_compared_on_full_epochs(module: Modu
     assert goals["mnist (real MNIST): Trainer / plain loop (same data path)"] == "at most 1.10"
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "minimum"),
+    [
+        ("--mnist-full-rounds", "-1", 0),
+        ("--rounds", "0", 1),
+        ("--epochs", "1", 2),  # the first epoch of a fit is not counted
+        ("--folder-files", "many", 0),
+        ("--journey-rounds", "-2", 0),
+    ],
+)
+def test_a_count_out_of_range_is_refused_before_anything_runs(
+    module: ModuleType,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    flag: str,
+    value: str,
+    minimum: int,
+) -> None:
+    def render(*args: object) -> None:
+        raise AssertionError(f"{flag} {value} was accepted: the bench started")
+
+    monkeypatch.setattr(module, "render", render)
+    with pytest.raises(SystemExit):
+        module.main([flag, value, "--workdir", str(tmp_path)])
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert line.endswith(f"argument {flag}: {value} is not a whole number of at least {minimum}")
+    assert not list(tmp_path.iterdir())  # nothing rendered or measured
+
+
 def test_trainer_and_plain_loop_reach_the_same_loss(bench: tuple[list[dict], dict, str]) -> None:
     # Same seed, initial weights, batch order and augmentation draws: the same losses.
     rows, _, _ = bench
