@@ -27,6 +27,7 @@ from {{ cookiecutter.package_name }}.kit.compat import (
 {%- endif %}
     PacingHook,
     destroy_process_group,
+    evaluation_loaders,
     logs_this_step,
     module_holds_for_this_epoch,
     module_logs_this_step,
@@ -159,6 +160,45 @@ def test_a_step_logs_every_log_every_n_steps() -> None:
     module.trainer = Trainer(log_every_n_steps=3, logger=False, enable_checkpointing=False)
     module.trainer.training = True
     assert not module_logs_this_step(module)
+
+
+def test_a_module_knows_how_many_loaders_its_evaluation_reads(tmp_path: Path) -> None:
+    seen = []
+
+    class Counts(LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def step(self, stage: str) -> torch.Tensor:
+            seen.append((stage, evaluation_loaders(self)))
+            return self.layer(torch.ones(1, 2)).mean()
+
+        def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+            return self.step("train")
+
+        def validation_step(
+            self, batch: list[torch.Tensor], batch_idx: int, dataloader_idx=0
+        ) -> None:
+            self.step("sanity" if self.trainer.sanity_checking else "val")
+
+        def test_step(self, batch: list[torch.Tensor], batch_idx: int, dataloader_idx=0) -> None:
+            self.step("test")
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(2, 2)), 2)
+    trainer = Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path, num_sanity_val_steps=1,
+    )  # fmt: skip
+    module = Counts()
+    assert evaluation_loaders(module) == 1  # no trainer
+    trainer.fit(module, loader, [loader, loader])
+    trainer.validate(module, [loader, loader, loader], verbose=False)
+    trainer.test(module, loader, verbose=False)
+    assert sorted(set(seen)) == [("sanity", 2), ("test", 1), ("train", 1), ("val", 2), ("val", 3)]
 
 
 def test_a_module_knows_what_lightning_holds_for_this_epoch(tmp_path: Path) -> None:

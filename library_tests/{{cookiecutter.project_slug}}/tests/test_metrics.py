@@ -68,3 +68,29 @@ def test_epoch_means_weigh_each_step_by_its_batch_and_are_logged_once_an_epoch(
     assert "train/x.head.weight" not in trainer.progress_bar_metrics
     # Checkpoints are the same with or without the means: they hold no state of their own.
     assert list(module.state_dict()) == ["layer.weight", "layer.bias"]
+
+
+class TwoLoaders(LightningModule):
+    """Logs the mean of each validation loader's values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(1, 1)
+        self.epoch_means = EpochMeans()
+
+    def validation_step(
+        self, batch: list[torch.Tensor], batch_idx: int, dataloader_idx: int
+    ) -> None:
+        (x,) = batch
+        self.epoch_means.log(self, "val/x", x.mean(), len(x))
+
+
+def test_several_loaders_each_get_their_own_mean(tmp_path: Path) -> None:
+    # One metric object per name would average the loaders together.
+    first = torch.utils.data.TensorDataset(torch.tensor([[1.0], [2.0], [3.0]]))
+    second = torch.utils.data.TensorDataset(torch.tensor([[10.0], [30.0]]))
+    loaders = [torch.utils.data.DataLoader(data, batch_size=2) for data in (first, second)]
+    trainer = Trainer(logger=False, enable_progress_bar=False, default_root_dir=tmp_path)
+    (one, two) = trainer.validate(TwoLoaders(), loaders, verbose=False)
+    assert one["val/x/dataloader_idx_0"] == pytest.approx(2.0)
+    assert two["val/x/dataloader_idx_1"] == pytest.approx(20.0)

@@ -87,6 +87,19 @@ def module_logs_this_step(module: Any) -> bool:
     return trainer is None or logs_this_step(trainer)
 
 
+def evaluation_loaders(module: Any) -> int:
+    """How many loaders the running validation or test reads; 1 while training, or without a
+    trainer (a step called by hand)."""
+    trainer = module._trainer  # `module.trainer` raises when there is none
+    if trainer is None:
+        return 1
+    if trainer.sanity_checking:
+        return len(trainer.num_sanity_val_batches)
+    if trainer.validating:
+        return len(trainer.num_val_batches)
+    return len(trainer.num_test_batches) if trainer.testing else 1
+
+
 def module_holds_for_this_epoch(module: Any, names: Iterable[str]) -> bool:
     """Whether every one of these names was logged in the running hook since Lightning last
     reset its results (each training epoch's end, each validation or test run's end); False

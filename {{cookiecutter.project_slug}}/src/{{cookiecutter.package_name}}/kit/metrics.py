@@ -5,7 +5,7 @@ from typing import Any
 from torch import Tensor, nn
 from torchmetrics.aggregation import MeanMetric
 
-from .compat import module_holds_for_this_epoch
+from .compat import evaluation_loaders, module_holds_for_this_epoch
 
 
 class EpochMeans(nn.Module):
@@ -20,6 +20,7 @@ class EpochMeans(nn.Module):
     process at the same point, and resets it. The means are not part of the state_dict, so
     checkpoints are the same with or without them. A non-finite value makes the mean
     non-finite, as with `self.log`: checking each value would wait for the device every step.
+    A validation or test that reads several loaders gets `self.log`'s mean per loader instead.
     """
 
     def __init__(self) -> None:
@@ -35,6 +36,18 @@ class EpochMeans(nn.Module):
         `module` is the LightningModule that holds this object as an attribute and runs the
         step; `prog_bar` shows the mean in the progress bar after the epoch, as `self.log`'s.
         """
+        if evaluation_loaders(module) > 1:
+            # One object per name would mix the loaders; self.log keeps a mean per loader.
+            module.log(
+                name,
+                value,
+                prog_bar=prog_bar,
+                on_step=False,
+                on_epoch=True,
+                sync_dist=True,
+                batch_size=batch_size,
+            )
+            return
         key = name.replace(".", "\N{MIDDLE DOT}")
         if key not in self.means:
             # "disable": no NaN check, which would wait for the device at every update. It
