@@ -162,14 +162,32 @@ def test_a_step_logs_every_log_every_n_steps() -> None:
     assert not module_logs_this_step(module)
 
 
+class Toy(LightningModule):
+    """A linear layer trained by SGD: the steps are the tests' own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def toy_run(tmp_path: Path, **kwargs: object) -> tuple[Trainer, torch.utils.data.DataLoader]:
+    """A Trainer that writes nothing, and a loader of 2-batches of ones (`rows` of them)."""
+    rows = kwargs.pop("rows", 2)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(rows, 2)), 2)
+    trainer = Trainer(
+        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path, **kwargs,
+    )  # fmt: skip
+    return trainer, loader
+
+
 def test_a_module_knows_how_many_loaders_its_evaluation_reads(tmp_path: Path) -> None:
     seen = []
 
-    class Counts(LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(2, 1)
-
+    class Counts(Toy):
         def step(self, stage: str) -> torch.Tensor:
             seen.append((stage, evaluation_loaders(self)))
             return self.layer(torch.ones(1, 2)).mean()
@@ -185,14 +203,7 @@ def test_a_module_knows_how_many_loaders_its_evaluation_reads(tmp_path: Path) ->
         def test_step(self, batch: list[torch.Tensor], batch_idx: int, dataloader_idx=0) -> None:
             self.step("test")
 
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(2, 2)), 2)
-    trainer = Trainer(
-        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=tmp_path, num_sanity_val_steps=1,
-    )  # fmt: skip
+    trainer, loader = toy_run(tmp_path, max_epochs=1, num_sanity_val_steps=1)
     module = Counts()
     assert evaluation_loaders(module) == 1  # no trainer
     trainer.fit(module, loader, [loader, loader])
@@ -206,11 +217,7 @@ def test_a_module_knows_what_lightning_holds_for_this_epoch(tmp_path: Path) -> N
     resets its results (each training epoch's end, each validation run's end)."""
     seen = []
 
-    class Logs(LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(2, 1)
-
+    class Logs(Toy):
         def step(self, batch: list[torch.Tensor], stage: str) -> torch.Tensor:
             seen.append((stage, module_holds_for_this_epoch(self, [f"{stage}/x", f"{stage}/y"])))
             loss = self.layer(batch[0]).mean()
@@ -225,14 +232,7 @@ def test_a_module_knows_what_lightning_holds_for_this_epoch(tmp_path: Path) -> N
         def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
             self.step(batch, "val")
 
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)), 2)
-    trainer = Trainer(
-        max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=tmp_path, num_sanity_val_steps=2,
-    )  # fmt: skip
+    trainer, loader = toy_run(tmp_path, rows=4, max_epochs=2, num_sanity_val_steps=2)
     module = Logs()
     assert not module_holds_for_this_epoch(module, ["train/x"])  # no trainer
     trainer.fit(module, loader, loader)
