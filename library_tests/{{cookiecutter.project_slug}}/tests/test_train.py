@@ -202,7 +202,8 @@ def test_the_losses_epoch_means_are_logged_once_an_epoch(
     )
     for name in names:
         epochs = sorted(e for n, e in steps if n == name and e >= 0)
-        assert all(len(steps[name, e]) >= 2 for e in epochs)  # each step is averaged
+        if name.startswith("train/"):
+            assert all(len(steps[name, e]) > 2 for e in epochs)  # several steps averaged
         expected = [
             sum(v * n for v, n in steps[name, e]) / sum(n for _, n in steps[name, e])
             for e in epochs
