@@ -12,7 +12,7 @@ class EpochMeans(nn.Module):
     """The mean of each named value over an epoch (each validation or test run), weighted by
     batch size, over all processes: what `self.log(name, value, on_step=False, on_epoch=True,
     sync_dist=True)` logs, for the Python work of a torchmetrics update a step instead of a
-    `self.log` call's, which in a small step costs Lightning more than the rest of the step.
+    `self.log` call's.
 
     Each name gets a `MeanMetric`, made at its first value, on that value's device. It is
     logged on the first step after Lightning resets its results; Lightning keeps a logged
