@@ -1,5 +1,6 @@
 """A callback for the sync tests: counts what would make the host wait for the device in each
-training step (a tensor read as a Python number or truth value, a collective across processes).
+training step (a tensor read as a Python number or truth value, a collective across processes,
+an operation whose output's size depends on the values, which CUDA reads back to allocate it).
 
 On a GPU each of these stalls the queue of kernels; on the CPU they cost nothing, so they are
 counted instead of timed. Only the training steps are counted, from one batch's start to the
@@ -20,6 +21,11 @@ import torch.distributed
 from {{ cookiecutter.package_name }}.kit.compat import logs_this_step
 
 CONVERSIONS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__")
+# On CUDA these read values back to size their output (bincount its input's minimum and
+# maximum), whatever calls them: torchmetrics' classification updates call the first two.
+SIZED_BY_VALUES = (
+    "bincount", "unique", "unique_consecutive", "nonzero", "argwhere", "masked_select",
+)  # fmt: skip
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "barrier", "gather")
 
 
@@ -36,6 +42,9 @@ class CountSyncs(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         for name in CONVERSIONS:
+            self.wrap(torch.Tensor, name)
+        for name in SIZED_BY_VALUES:
+            self.wrap(torch, name)
             self.wrap(torch.Tensor, name)
         for name in COLLECTIVES:
             self.wrap(torch.distributed, name)

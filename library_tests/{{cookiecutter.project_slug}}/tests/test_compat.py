@@ -160,6 +160,10 @@ def test_a_step_logs_every_log_every_n_steps() -> None:
     module.trainer = Trainer(log_every_n_steps=3, logger=False, enable_checkpointing=False)
     module.trainer.training = True
     assert not module_logs_this_step(module)
+    module.trainer.fit_loop.epoch_loop._batches_that_stepped = 2
+    assert module_logs_this_step(module)
+    module.trainer.validating = True  # a validation step inside the fit: it writes no logs
+    assert not module_logs_this_step(module)
 
 
 class Toy(LightningModule):

@@ -48,8 +48,10 @@ def check(reports: list[dict], loop_syncs: int) -> None:
             synced = report["synced"].get(step, [])
             if step in report["logging_steps"]:
                 # The divergence check reads what it noted since the last logging step; the
+                # training metrics count the predictions they held (torch.bincount); the
                 # first process's bar reads train/loss_step.
                 assert any("/kit/guards.py:" in s for s in synced), synced
+                assert any(s.startswith("bincount at ") for s in synced), synced
                 assert report is not reports[0] or any("/kit/callbacks.py:" in s for s in synced)
                 continue
             ours = [s for s in synced if LIGHTNING_LOOP not in s]

@@ -16,6 +16,7 @@ from lightning.pytorch.callbacks import ThroughputMonitor, TQDMProgressBar
 from logged import hyperparameters, scalars
 from torchmetrics.classification import MulticlassCalibrationError
 
+from {{ cookiecutter.package_name }} import model as model_module
 from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.kit.callbacks import EpochLine
 from {{ cookiecutter.package_name }}.kit.cli import CALLBACKS, TrainCLI, build_cli
@@ -139,7 +140,7 @@ def test_the_metric_objects_are_logged_once_an_epoch_and_computed_over_all_its_s
     # again at every step costs as much Python as the step.
     logged: list[tuple[str, int]] = []
     right: dict[tuple[str, int], list[bool]] = {}
-    log_metrics = ImageClassifier._log_metrics
+    log_metrics = model_module.log_metrics
     log_dict = ImageClassifier.log_dict
 
     def when(module: ImageClassifier, metrics) -> tuple[str, int]:
@@ -147,15 +148,15 @@ def test_the_metric_objects_are_logged_once_an_epoch_and_computed_over_all_its_s
         epoch = -1 if module.trainer.sanity_checking else module.current_epoch
         return next(iter(metrics.keys())).split("/")[0], epoch
 
-    def recorded(self: ImageClassifier, metrics, logits: torch.Tensor, y: torch.Tensor) -> None:
-        right.setdefault(when(self, metrics), []).extend((logits.argmax(-1) == y).tolist())
-        log_metrics(self, metrics, logits, y)
+    def recorded(module: ImageClassifier, metrics, logits: torch.Tensor, y: torch.Tensor) -> None:
+        right.setdefault(when(module, metrics), []).extend((logits.argmax(-1) == y).tolist())
+        log_metrics(module, metrics, logits, y)
 
     def counted(self: ImageClassifier, values, *args: object, **kwargs: object) -> None:
         logged.append(when(self, values))
         log_dict(self, values, *args, **kwargs)
 
-    monkeypatch.setattr(ImageClassifier, "_log_metrics", recorded)
+    monkeypatch.setattr(model_module, "log_metrics", recorded)
     monkeypatch.setattr(ImageClassifier, "log_dict", counted)
     train("--max_epochs", "2")  # 4 training steps an epoch
     assert len(right["train", 0]) > 4 * 2  # several steps, several images each

@@ -13,7 +13,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from .backbones import ConvNet
-from .kit.compat import module_holds_for_this_epoch, module_logs_this_step
+from .kit.compat import module_logs_this_step
 from .kit.errors import ConfigError
 from .kit.layers import (
     contiguous_single_channel_grads,
@@ -22,7 +22,7 @@ from .kit.layers import (
     readable_name,
     to_channels_last,
 )
-from .kit.metrics import EpochMeans
+from .kit.metrics import EpochMeans, log_metrics, on_logging_steps
 from .kit.schedules import warmup_cosine
 
 # (in_channels, num_classes) -> network; chosen in configs by class_path.
@@ -90,6 +90,9 @@ class ImageClassifier(L.LightningModule):
                 "f1": MulticlassF1Score(num_classes, average="macro"),
             }
         )
+        # Each holds the steps' predictions and is updated with them on the training steps
+        # that log and at the end: an update makes a GPU wait (torch.bincount).
+        metrics = on_logging_steps(metrics)
         self.train_metrics = metrics.clone(prefix="train/")
         # --monitor takes val/loss or any metric of this collection; torchmetrics' own
         # higher_is_better says which way it is better (a new metric here is monitorable too).
@@ -109,7 +112,7 @@ class ImageClassifier(L.LightningModule):
         logits = self(x)
         loss = self.loss(logits, y)
         self._log_step_and_epoch("train/loss", loss, len(y), prog_bar=True)
-        self._log_metrics(self.train_metrics, logits, y)
+        log_metrics(self, self.train_metrics, logits, y)
         if terms := self.regularization():
             for name, term in terms.items():
                 self._log_step_and_epoch(f"train/regularization/{name}", term, len(y))
@@ -202,7 +205,7 @@ class ImageClassifier(L.LightningModule):
         x, y = batch
         logits = self(x)
         self.epoch_means.log(self, f"{stage}/loss", self.loss(logits, y), len(y), prog_bar=True)
-        self._log_metrics(metrics, logits, y)
+        log_metrics(self, metrics, logits, y)
         return logits
 
     def _check_input_shape(self) -> None:
@@ -229,14 +232,3 @@ class ImageClassifier(L.LightningModule):
             ) from None
         finally:
             self.train(was_training)
-
-    def _log_metrics(self, metrics: MetricCollection, logits: Tensor, y: Tensor) -> None:
-        # The metric objects themselves are logged: Lightning computes them at the end of the
-        # epoch on every rank at the same point (computing gathers every process's counts)
-        # and resets them. Computing them in an epoch-end hook of this module instead would
-        # put that gather after the progress bar's own sync on rank 0 only: a deadlock.
-        # Logged once an epoch, as Lightning keeps the objects: each self.log call costs
-        # Lightning more Python work than the rest of a small step.
-        metrics.update(logits, y)
-        if not module_holds_for_this_epoch(self, metrics.keys()):
-            self.log_dict(metrics, prog_bar=True, on_step=False, on_epoch=True)

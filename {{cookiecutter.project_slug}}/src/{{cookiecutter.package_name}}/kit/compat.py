@@ -81,10 +81,11 @@ def logs_this_step(trainer: Any) -> bool:
 
 
 def module_logs_this_step(module: Any) -> bool:
-    """`logs_this_step` of the trainer running a LightningModule's training step; True when
-    none does (a step called by hand, whose `self.log` calls warn and do nothing)."""
+    """`logs_this_step` of the trainer running a LightningModule's training step (False in a
+    validation or test step); True when none does (a step called by hand, whose `self.log`
+    calls warn and do nothing)."""
     trainer = module._trainer  # `module.trainer` raises when there is none
-    return trainer is None or logs_this_step(trainer)
+    return trainer is None or (trainer.training and logs_this_step(trainer))
 
 
 def evaluation_loaders(module: Any) -> int:
