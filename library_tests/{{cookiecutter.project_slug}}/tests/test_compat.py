@@ -136,8 +136,8 @@ def test_the_bar_asks_before_each_redraw() -> None:
     bar = Recording(refresh_rate=1)
     assert not bar._should_update(3, 10)
     assert asked == [(3, 10)]
-    # And Lightning still asks it when a training batch ends.
-    assert "self._should_update(" in inspect.getsource(TQDMProgressBar.on_train_batch_end)
+    # Lightning asks it when an evaluation batch ends (a training batch's end is PacingHook's).
+    assert "self._should_update(" in inspect.getsource(TQDMProgressBar.on_validation_batch_end)
 
 
 def test_a_step_logs_every_log_every_n_steps() -> None:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from lightning import Callback, Trainer
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
+from lightning.pytorch.profilers import SimpleProfiler
 from lightning.pytorch.utilities.model_summary import ModelSummary
 from logged import scalars
 from torch import Tensor, nn
@@ -17,7 +18,7 @@ from torchmetrics.classification import MulticlassConfusionMatrix
 from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.kit import env
 from {{ cookiecutter.package_name }}.kit.callbacks import PacedProgressBar, StepProgressBar
-from {{ cookiecutter.package_name }}.kit.cli import build_cli
+from {{ cookiecutter.package_name }}.kit.cli import Unprofiled, build_cli
 from {{ cookiecutter.package_name }}.kit.errors import ConfigError
 from {{ cookiecutter.package_name }}.kit.plots import confusion_figure
 from {{ cookiecutter.package_name }}.model import ImageClassifier
@@ -168,6 +169,11 @@ def test_the_bar_redraws_at_most_once_per_interval_and_at_each_epoch_end(
     assert steps >= 3
     if min_interval == 0:  # like Lightning's own bar: every step
         assert all(steps_drawn == list(range(steps + 1)) for steps_drawn in drawn.values())
+        # Once each (Lightning's own bar draws a step twice: its count, then its metrics);
+        # an epoch's first and last count are drawn again as it starts and ends.
+        for epoch in EPOCHS:
+            inside = [n for desc, n in redraws if desc == epoch and 0 < n < steps]
+            assert inside == list(range(1, steps)), (epoch, inside)
     else:  # only where each epoch starts and ends
         assert all(steps_drawn == [0, steps] for steps_drawn in drawn.values())
 
@@ -260,6 +266,19 @@ def test_debug_profile_writes_its_report_into_the_run_folder(train: Callable) ->
     train("--config", str(DEBUG / "profile.yaml"), "--max_epochs", "1")
     report = (RUN / "fit-profile.txt").read_text()
     assert "FIT Profiler Report" in report and "run_training_batch" in report
+
+
+def test_without_a_profiler_the_hooks_are_timed_by_nothing(
+    data_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    profiler = build_cli(data_args).trainer.profiler
+    assert type(profiler) is Unprofiled  # not Lightning's default, which costs more per hook
+    with profiler.profile("outer"), profiler.profile("inner"):  # nested, as Lightning does
+        pass
+    assert profiler.summary() == ""
+    chosen = build_cli([*data_args, "--trainer.profiler", "simple"]).trainer.profiler
+    assert type(chosen) is SimpleProfiler
 
 
 @pytest.mark.filterwarnings("ignore:Error detected in MulBackward0")  # the traceback it prints

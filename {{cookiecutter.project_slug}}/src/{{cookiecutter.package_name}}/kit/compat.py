@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import torch
+from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
@@ -121,9 +122,13 @@ def module_holds_for_this_epoch(module: Any, names: Iterable[str]) -> bool:
 
 
 class PacingHook(TQDMProgressBar):
-    """Lightning's TQDM bar with a public `may_redraw(current, total)` asked before a redraw.
+    """Lightning's TQDM bar with a public `may_redraw(current, total)` asked before a redraw,
+    drawn once when a training batch ends.
 
-    Lightning decides redraws in a private method, `_should_update`.
+    Lightning decides redraws in a private method, `_should_update`. Its own bar draws the
+    line twice when a training batch ends, the new count and then the metrics: each a full
+    format of the line, each appended to the output when it is a file. Here the metrics are
+    set first, then the line is drawn once.
     """
 
     def _should_update(self, current: int, total: int) -> bool:
@@ -131,6 +136,16 @@ class PacingHook(TQDMProgressBar):
 
     def may_redraw(self, current: int, total: int) -> bool:
         return True
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        bar, n = self.train_progress_bar, batch_idx + 1
+        if self._should_update(n, bar.total):
+            bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
+            if not bar.disable:
+                bar.n = n
+                bar.refresh()
 
 
 def trial_id(trial: Any) -> int:
