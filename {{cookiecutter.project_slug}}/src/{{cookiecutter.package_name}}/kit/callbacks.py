@@ -238,8 +238,8 @@ class PacedProgressBar(StepProgressBar):
     """This project's bar, redrawn at most once every `min_interval` seconds and always at
     the end of an epoch or stage: the pace tqdm keeps for its own bars (0: every step).
 
-    For output that goes to a file, such as a cluster job's log: Lightning's bar redraws
-    twice per step, past tqdm's own pacing, and each redraw is appended to the file. Choose
+    For output that goes to a file, such as a cluster job's log: the default bar redraws at
+    every step, past tqdm's own pacing, and each redraw is appended to the file. Choose
     it with `--progress_bar <package>.kit.callbacks.PacedProgressBar`.
     """
 
