@@ -140,6 +140,20 @@ def test_the_bar_asks_before_each_redraw() -> None:
     assert "self._should_update(" in inspect.getsource(TQDMProgressBar.on_validation_batch_end)
 
 
+def test_lightning_ends_a_training_batch_as_pacing_hook_does_drawing_twice() -> None:
+    # PacingHook.on_train_batch_end replaces Lightning's, drawing once: anything Lightning's
+    # did beyond the count and the metrics would be lost.
+    source = inspect.getsource(TQDMProgressBar.on_train_batch_end)
+    body = [line.strip() for line in source.split(") -> None:", 1)[1].strip().splitlines()]
+    assert body == [
+        "n = batch_idx + 1",
+        "if self.train_progress_bar is not None and "
+        "self._should_update(n, self.train_progress_bar.total):",
+        "_update_n(self.train_progress_bar, n)",
+        "self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))",
+    ]
+
+
 def test_a_step_logs_every_log_every_n_steps() -> None:
     trainer = Trainer(log_every_n_steps=3, logger=False, enable_checkpointing=False)
     trainer.training = True

@@ -98,7 +98,8 @@ class Unprofiled(PassThroughProfiler):
     Lightning wraps each hook it calls in `trainer.profiler.profile(name)`, at every training
     step each hook of every callback whether the callback has it or not; the default's is a
     generator-based context manager that does nothing. This one hands out one context
-    manager, made once, that does nothing either.
+    manager, made once, that does nothing either (`with profile(name) as x` gives None, not
+    the name: Lightning does not use it).
     """
 
     nothing = contextlib.nullcontext()
@@ -112,7 +113,8 @@ class TrainCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         trainer = super().instantiate_trainer(**kwargs)
-        if type(trainer.profiler) is PassThroughProfiler:  # --trainer.profiler null
+        # None chosen (--trainer.profiler null): Lightning's default, at less cost per hook.
+        if self.config.trainer.profiler is None and type(trainer.profiler) is PassThroughProfiler:
             trainer.profiler = Unprofiled()
         return trainer
 

@@ -128,7 +128,9 @@ class PacingHook(TQDMProgressBar):
     Lightning decides redraws in a private method, `_should_update`. Its own bar draws the
     line twice when a training batch ends, the new count and then the metrics: each a full
     format of the line, each appended to the output when it is a file. Here the metrics are
-    set first, then the line is drawn once.
+    set first, then the line is drawn once. The count is kept current between drawings, so
+    the drawing at an epoch's end shows it when the bar's total is unknown (an iterable
+    dataset), where the last step is not known to be the last.
     """
 
     def _should_update(self, current: int, total: int) -> bool:
@@ -141,10 +143,11 @@ class PacingHook(TQDMProgressBar):
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         bar, n = self.train_progress_bar, batch_idx + 1
+        if not bar.disable:
+            bar.n = n
         if self._should_update(n, bar.total):
             bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
             if not bar.disable:
-                bar.n = n
                 bar.refresh()
 
 
