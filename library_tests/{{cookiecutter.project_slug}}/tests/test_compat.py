@@ -7,6 +7,7 @@ import inspect
 import warnings
 {%- endif %}
 from argparse import SUPPRESS
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -200,6 +201,36 @@ def toy_run(tmp_path: Path, **kwargs: object) -> tuple[Trainer, torch.utils.data
         enable_model_summary=False, default_root_dir=tmp_path, **kwargs,
     )  # fmt: skip
     return trainer, loader
+
+
+class Unsized(torch.utils.data.IterableDataset):
+    """Seven batches that no loader can count: a bar's total is unknown."""
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return iter([torch.ones(4, 2)] * 7)
+
+
+def test_a_bar_of_unknown_length_ends_each_epoch_on_its_count(tmp_path: Path) -> None:
+    ends: list[int] = []
+
+    class Paced(PacingHook):  # paced past every step: only the epochs' starts and ends draw
+        def may_redraw(self, current: int, total: int) -> bool:
+            return False
+
+        def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+            ends.append(self.train_progress_bar.n)  # the count the epoch's end draws
+            super().on_train_epoch_end(trainer, pl_module)
+
+    class Trained(Toy):
+        def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+            return self.layer(batch).mean()
+
+    trainer = Trainer(
+        max_epochs=2, callbacks=[Paced()], logger=False, enable_checkpointing=False,
+        enable_model_summary=False, default_root_dir=tmp_path,
+    )  # fmt: skip
+    trainer.fit(Trained(), torch.utils.data.DataLoader(Unsized(), batch_size=None))
+    assert ends == [7, 7]
 
 
 def test_a_module_knows_how_many_loaders_its_evaluation_reads(tmp_path: Path) -> None:

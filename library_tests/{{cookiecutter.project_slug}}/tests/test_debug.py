@@ -1,19 +1,18 @@
 """The tools for runs that misbehave: plots, gradient norms, shapes, throughput, presets, env."""
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib.image
 import pytest
 import torch
-from lightning import Callback, LightningModule, Trainer
+from lightning import Callback, Trainer
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from lightning.pytorch.profilers import PassThroughProfiler, SimpleProfiler
 from lightning.pytorch.utilities.model_summary import ModelSummary
 from logged import scalars
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, IterableDataset
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from {{ cookiecutter.package_name }}.data import DataModule
@@ -146,25 +145,19 @@ def test_the_progress_bar_is_tqdm_unless_switched_off_or_another_is_chosen(
 EPOCHS = ("Epoch 0", "Epoch 1")
 
 
-@pytest.fixture
-def redraws(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    """Each drawing of a tqdm bar, in order: (its description, its count)."""
-    drawn: list[tuple[str, int]] = []
+@pytest.mark.parametrize("min_interval", [0, 3600])
+def test_the_bar_redraws_at_most_once_per_interval_and_at_each_epoch_end(
+    min_interval: int, train: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    redraws: list[tuple[str, int]] = []
     refresh = Tqdm.refresh
 
     def counted(bar: Tqdm, *args: object, **kwargs: object) -> None:
         # tqdm sets desc ("Epoch 0: ") and n after its first refresh.
-        drawn.append((getattr(bar, "desc", "").rstrip(": "), getattr(bar, "n", 0)))
+        redraws.append((getattr(bar, "desc", "").rstrip(": "), getattr(bar, "n", 0)))
         refresh(bar, *args, **kwargs)
 
     monkeypatch.setattr(Tqdm, "refresh", counted)
-    return drawn
-
-
-@pytest.mark.parametrize("min_interval", [0, 3600])
-def test_the_bar_redraws_at_most_once_per_interval_and_at_each_epoch_end(
-    min_interval: int, train: Callable, redraws: list[tuple[str, int]]
-) -> None:
     train(
         "--trainer.limit_train_batches", "10",
         "--trainer.enable_progress_bar", "true",
@@ -183,43 +176,6 @@ def test_the_bar_redraws_at_most_once_per_interval_and_at_each_epoch_end(
             assert inside == list(range(1, steps)), (epoch, inside)
     else:  # only where each epoch starts and ends
         assert all(steps_drawn == [0, steps] for steps_drawn in drawn.values())
-
-
-class Unsized(IterableDataset):
-    """Seven batches that no loader can count: the bar's total is unknown."""
-
-    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-        generator = torch.Generator().manual_seed(0)
-        for _ in range(7):
-            yield torch.randn(4, 2, generator=generator), torch.randn(4, 1, generator=generator)
-
-
-class Regression(LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = nn.Linear(2, 1)
-
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        x, y = batch
-        return nn.functional.mse_loss(self.layer(x), y)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-def test_a_bar_of_unknown_length_ends_each_epoch_on_its_count(
-    redraws: list[tuple[str, int]], tmp_path: Path
-) -> None:
-    # Paced to draw once a run: the epochs' ends draw the rest, the count as it is then.
-    bar = PacedProgressBar(min_interval=3600)
-    trainer = Trainer(
-        default_root_dir=tmp_path, max_epochs=2, callbacks=[bar], logger=False,
-        enable_checkpointing=False, enable_model_summary=False,
-    )  # fmt: skip
-    trainer.fit(Regression(), DataLoader(Unsized(), batch_size=None))
-    # (The next epoch's start draws a last 0 under the old description.)
-    ends = {epoch: max(n for desc, n in redraws if desc == epoch) for epoch in EPOCHS}
-    assert ends == {"Epoch 0": 7, "Epoch 1": 7}
 
 
 def test_a_negative_bar_interval_is_refused_in_one_line(train: Callable) -> None:

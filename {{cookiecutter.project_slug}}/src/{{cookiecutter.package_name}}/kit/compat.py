@@ -143,12 +143,12 @@ class PacingHook(TQDMProgressBar):
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         bar, n = self.train_progress_bar, batch_idx + 1
-        if not bar.disable:
-            bar.n = n
+        if bar.disable:  # a process other than the first, or no bar
+            return
+        bar.n = n
         if self._should_update(n, bar.total):
             bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
-            if not bar.disable:
-                bar.refresh()
+            bar.refresh()
 
 
 def trial_id(trial: Any) -> int:
