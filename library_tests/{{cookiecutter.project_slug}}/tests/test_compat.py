@@ -33,6 +33,9 @@ from {{ cookiecutter.package_name }}.kit.compat import (
     module_holds_for_this_epoch,
     module_logs_this_step,
     set_collective_timeout,
+{%- if cookiecutter.logger == "tensorboard" %}
+    tensorboard_file_writer,
+{%- endif %}
 {%- if cookiecutter.sweep == "yes" %}
     trial_id,
 {%- endif %}
@@ -287,6 +290,25 @@ def test_a_module_knows_what_lightning_holds_for_this_epoch(tmp_path: Path) -> N
     trainer.fit(module, loader, loader)
     epoch = [("train", False), ("train", True), ("val", False), ("val", True)]
     assert seen == [("val", False), ("val", False), *epoch, *epoch]
+{%- if cookiecutter.logger == "tensorboard" %}
+
+
+def test_a_closed_tensorboard_writer_reopens_its_event_file_writer(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard.summary import scalar
+
+    writer = SummaryWriter(str(tmp_path))
+    writer.add_scalar("before", 1.0, 0)
+    writer.close()  # as a test's end closes the logger's
+    reopened = tensorboard_file_writer(writer)
+    reopened.add_summary(scalar("after", 2.0), 3)
+    writer.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert sorted(events.Tags()["scalars"]) == ["after", "before"]
+    assert [(e.step, e.value) for e in events.Scalars("after")] == [(3, 2.0)]
+{%- endif %}
 {%- if cookiecutter.sweep == "yes" %}
 
 

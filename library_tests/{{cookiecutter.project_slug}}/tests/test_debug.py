@@ -7,7 +7,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 import torch
-from lightning import Callback, Trainer
+from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from lightning.pytorch.profilers import PassThroughProfiler, SimpleProfiler
 from lightning.pytorch.utilities.model_summary import ModelSummary
@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from {{ cookiecutter.package_name }}.data import DataModule
-from {{ cookiecutter.package_name }}.kit import env
+from {{ cookiecutter.package_name }}.kit import env, runs
 from {{ cookiecutter.package_name }}.kit.callbacks import PacedProgressBar, StepProgressBar
 from {{ cookiecutter.package_name }}.kit.cli import Unprofiled, build_cli
 from {{ cookiecutter.package_name }}.kit.errors import ConfigError
@@ -51,6 +51,11 @@ class NaNGradient(nn.Module):
         return logits + torch.sqrt(logits * 0)
 
 
+class KeepsTrainer(Callback):
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self.trainer = trainer
+
+
 def assert_image(path: Path) -> None:
     pixels = matplotlib.image.imread(path)
     height, width = pixels.shape[:2]
@@ -62,9 +67,17 @@ def test_run_draws_curves_and_confusion_matrix_and_logs_grad_norms_and_throughpu
     train: Callable, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture
 ) -> None:
     # 24 steps: enough for the throughput window of 20 batches.
-    metrics = train("--max_epochs", "6", "--model.grad_norm_every_n_steps", "5")
+    kept = KeepsTrainer()
+    metrics = train("--max_epochs", "6", "--model.grad_norm_every_n_steps", "5", callbacks=[kept])
     summary = capsys.readouterr().out
     assert f"Best checkpoint: {RUN}/checkpoints/epoch" in summary
+    checkpoint = kept.trainer.checkpoint_callback
+    score = f"(val/loss {float(checkpoint.best_model_score):.4f})"
+    assert score in summary
+    # Where a run hands back the best path only (ddp_spawn's first process after the fit), the
+    # summary reads the score from that checkpoint.
+    checkpoint.best_model_score = None
+    assert runs.summary(kept.trainer, metrics, str(RUN)).splitlines()[0].endswith(score)
     assert f"test/acc {metrics['test/acc']:.4f}" in summary
     assert f"--ckpt_path {RUN}/checkpoints/last.ckpt" in summary
     epochs = [line for line in caplog.messages if line.startswith("Epoch ")]

@@ -84,8 +84,10 @@ def test_hyperparameters_and_test_metrics_reach_the_logger(train: Callable) -> N
     assert logged["model.backbone.class_path"].endswith("ConvNet")
     assert "trainer.logger.init_args.save_dir" not in logged  # where, not how, it trained
 {%- if cookiecutter.logger == "tensorboard" %}
-    # The HParams tab lists the test metrics beside them (and no placeholder hp_metric).
+    # The HParams tab lists the test metrics beside them (and no placeholder hp_metric),
+    # which the test logged once each: not again for the tab, where a chart would show it.
     assert logged["metrics"] == sorted(metrics)
+    assert {name: len(scalars(RUN, name)) for name in metrics} == dict.fromkeys(metrics, 1)
     # Written and closed when the run returns: no writer thread is left to write them later
     # (into whatever folder is current then).
     assert writer_threads() <= writers_before

@@ -158,3 +158,12 @@ def trial_id(trial: Any) -> int:
     The library keeps it in a private attribute; its public `number` counts within the study.
     """
     return trial._trial_id
+
+
+def tensorboard_file_writer(writer: Any) -> Any:
+    """The event file writer of a TensorBoard `SummaryWriter`, reopened if it was closed.
+
+    Its public `add_hparams` writes the metrics again, into a folder of its own; the HParams
+    tab needs only the summaries, in the run's own event files, naming metrics already logged.
+    """
+    return writer._get_file_writer()

@@ -23,11 +23,12 @@ from lightning import LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.plugins.environments import SLURMEnvironment
+from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torchmetrics import MetricCollection
 
 from .checkpoint import layer_differences, load_checkpoint, load_weights, resolve_checkpoint
-from .compat import destroy_process_group
+from .compat import destroy_process_group, tensorboard_file_writer
 from .errors import ConfigError, DivergedError
 from .guards import SaveOnPreemption
 from .records import DIRECTIONS, flatten
@@ -306,19 +307,37 @@ def log_hyperparameters(trainer: Trainer, config: object, metrics: dict[str, flo
     """The run's hyperparameters, with its test metrics, in each logger's hyperparameter view
     (TensorBoard's HParams tab, MLflow's params, W&B's config): runs compare there too.
 
-    The other loggers have the test metrics already; TensorBoard's tab lists the metrics
-    named with the hyperparameters.
+    Every logger has the test metrics already, logged by the test; TensorBoard's tab lists
+    those, named with the hyperparameters, and they are not written a second time (Lightning's
+    `log_hyperparams` would, at step 0: a test metric's chart would then run from step 0).
     """
     config = config.as_dict() if hasattr(config, "as_dict") else dict(config)
     params = {k: loggable(v) for k, v in flatten(config).items() if HYPERPARAMETERS.match(k)}
     for logger in trainer.loggers:
         if isinstance(logger, TensorBoardLogger):
-            logger.log_hyperparams(params, metrics)
-            # The test's end closed the writer; logging reopened one, with a background thread
-            # that writes later (or never): write it out and close it now.
-            logger.finalize("success")
+            tensorboard_hparams(logger, params, metrics)
         else:
             logger.log_hyperparams(params)
+
+
+@rank_zero_only
+def tensorboard_hparams(
+    logger: TensorBoardLogger, params: dict[str, Any], metrics: dict[str, float]
+) -> None:
+    """The HParams tab's summaries in the run's event files: the hyperparameters (None as
+    "None", as Lightning writes it) and the names of the metrics beside them; hparams.yaml."""
+    logger.hparams.update(params)
+    if metrics:
+        # Imported here: only a render that logs to TensorBoard installs it.
+        from torch.utils.tensorboard.summary import hparams
+
+        shown = {key: "None" if value is None else value for key, value in params.items()}
+        # The test's end closed the writer; this reopens it, with a background thread that
+        # writes later (or never): it is written out and closed below.
+        writer = tensorboard_file_writer(logger.experiment)
+        for summary in hparams(shown, metrics):
+            writer.add_summary(summary)
+    logger.finalize("success")  # closes the writer and saves hparams.yaml
 
 
 def loggable(value: object) -> str | int | float | bool | None:
@@ -338,9 +357,8 @@ def summary(
     best = "none"
     if checkpoint is not None and checkpoint.best_model_path:
         best = checkpoint.best_model_path
-        # ddp_spawn hands the path back to this process, not the score.
-        if checkpoint.best_model_score is not None:
-            best += f"  ({checkpoint.monitor} {checkpoint.best_model_score:.4f})"
+        if (score := best_score(checkpoint)) is not None:
+            best += f"  ({checkpoint.monitor} {score:.4f})"
     tested = "  ".join(f"{key} {value:.4f}" for key, value in sorted(metrics.items()))
     rows = {
         "Best checkpoint": best,
@@ -351,6 +369,19 @@ def summary(
         "--max_epochs <more>",
     }
     return "\n".join(f"{name + ':':<17}{value}" for name, value in rows.items())
+
+
+def best_score(checkpoint: Any) -> float | None:
+    """The best checkpoint's score: the callback's, or the one the checkpoint file holds where
+    the callback has only the path (ddp_spawn hands the path back to this process, not the
+    score). None without a monitored metric."""
+    if checkpoint.best_model_score is not None:
+        return float(checkpoint.best_model_score)
+    if checkpoint.monitor is None:
+        return None
+    state = torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=True, mmap=True)
+    score = state.get("callbacks", {}).get(checkpoint.state_key, {}).get("best_model_score")
+    return None if score is None else float(score)
 
 
 def how_to_watch(log_dir: str, loggers: object) -> str:
