@@ -158,6 +158,21 @@ def test_lightning_ends_a_training_batch_as_pacing_hook_does_drawing_twice() -> 
     ]
 
 
+def test_lightning_starts_a_training_epoch_as_pacing_hook_does_drawing_twice() -> None:
+    # PacingHook.on_train_epoch_start replaces Lightning's, drawing once.
+    source = inspect.getsource(TQDMProgressBar.on_train_epoch_start)
+    body = [line.strip() for line in source.split(") -> None:", 1)[1].strip().splitlines()]
+    assert body == [
+        "if self._leave:",
+        "self.train_progress_bar = self.init_train_tqdm()",
+        "total = convert_inf(self.total_train_batches)",
+        "self.train_progress_bar.reset()",
+        "self.train_progress_bar.total = total",
+        "self.train_progress_bar.initial = 0",
+        'self.train_progress_bar.set_description(f"Epoch {trainer.current_epoch}")',
+    ]
+
+
 def test_a_step_logs_every_log_every_n_steps() -> None:
     trainer = Trainer(log_every_n_steps=3, logger=False, enable_checkpointing=False)
     trainer.training = True

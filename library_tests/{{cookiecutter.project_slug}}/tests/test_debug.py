@@ -180,6 +180,8 @@ def test_the_bar_redraws_at_most_once_per_interval_and_at_each_epoch_end(
     drawn = {epoch: sorted({n for desc, n in redraws if desc == epoch}) for epoch in EPOCHS}
     steps = drawn["Epoch 0"][-1]  # the training batches of an epoch (up to 10)
     assert steps >= 3
+    for epoch in EPOCHS:  # its last drawing is its full count, not the next epoch's empty line
+        assert [n for desc, n in redraws if desc == epoch][-1] == steps, (epoch, redraws)
     if min_interval == 0:  # like Lightning's own bar: every step
         assert all(steps_drawn == list(range(steps + 1)) for steps_drawn in drawn.values())
         # Once each (Lightning's own bar draws a step twice: its count, then its metrics);

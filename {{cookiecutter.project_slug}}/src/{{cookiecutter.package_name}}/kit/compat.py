@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import convert_inf
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
@@ -130,7 +131,9 @@ class PacingHook(TQDMProgressBar):
     format of the line, each appended to the output when it is a file. Here the metrics are
     set first, then the line is drawn once. The count is kept current between drawings, so
     the drawing at an epoch's end shows it when the bar's total is unknown (an iterable
-    dataset), where the last step is not known to be the last.
+    dataset), where the last step is not known to be the last. As an epoch starts, Lightning's
+    bar draws the emptied line under the last epoch's name, then again under the new one;
+    here it is drawn once, under the new name.
     """
 
     def _should_update(self, current: int, total: int) -> bool:
@@ -138,6 +141,15 @@ class PacingHook(TQDMProgressBar):
 
     def may_redraw(self, current: int, total: int) -> bool:
         return True
+
+    def on_train_epoch_start(self, trainer: Trainer, *_: Any) -> None:
+        if self._leave:
+            self.train_progress_bar = self.init_train_tqdm()
+        bar = self.train_progress_bar
+        bar.total = convert_inf(self.total_train_batches)  # None: unknown (tqdm takes no inf)
+        bar.initial = 0
+        bar.set_description(f"Epoch {trainer.current_epoch}", refresh=False)
+        bar.reset()  # n = 0, the clock restarted, one drawing
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
