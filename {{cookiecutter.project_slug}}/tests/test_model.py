@@ -195,9 +195,9 @@ def test_a_schedule_too_short_for_its_warmup_says_so_once(
         trainer.fit(warmup, datamodule=datamodule)
     notes = [record.message for record in caplog.records if "optimizer steps" in record.message]
     assert notes == [
-        "the learning rate warms up for 1 and decays to zero over only 2 optimizer steps (fewer "
-        "than 100): train longer (--max_epochs), use smaller batches (--data.batch_size) or a "
-        "constant rate (--model.scheduler)"
+        "the learning rate warms up over the first 1 of only 2 optimizer steps (fewer than "
+        "100), then decays to zero: train longer (--max_epochs), use smaller batches "
+        "(--data.batch_size) or a constant rate (--model.scheduler)"
     ]
     caplog.clear()
     trainer = quiet_trainer(max_epochs=1, limit_train_batches=2)

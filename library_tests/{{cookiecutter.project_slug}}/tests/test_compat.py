@@ -32,6 +32,7 @@ from {{ cookiecutter.package_name }}.kit.compat import (
     logs_this_step,
     module_holds_for_this_epoch,
     module_logs_this_step,
+    scheduler_sequence,
     set_collective_timeout,
 {%- if cookiecutter.logger == "tensorboard" %}
     tensorboard_file_writer,
@@ -171,6 +172,14 @@ def test_lightning_starts_a_training_epoch_as_pacing_hook_does_drawing_twice() -
         "self.train_progress_bar.initial = 0",
         'self.train_progress_bar.set_description(f"Epoch {trainer.current_epoch}")',
     ]
+
+
+def test_a_sequential_schedule_shows_its_schedulers_and_where_each_starts() -> None:
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    warmup = torch.optim.lr_scheduler.LinearLR(optimizer, total_iters=3)
+    constant = torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0)
+    sequence = torch.optim.lr_scheduler.SequentialLR(optimizer, [warmup, constant], [3])
+    assert scheduler_sequence(sequence) == ([warmup, constant], [3])
 
 
 def test_a_step_logs_every_log_every_n_steps() -> None:

@@ -115,6 +115,10 @@ def test_resume_from_last_continues_at_the_saved_epoch_and_step(train: Callable)
     assert not Path("runs/default/version_1").exists()  # logged into the resumed run's folder
     steps = [step for step, _ in scalars(RUN, "train/loss_step")]
     assert len(steps) == len(set(steps)) == 12  # steps 0-7 once, then 8-11: no restart from zero
+    # The schedule, planned for 8 steps, ends at zero at the 12 it now has: it does not climb
+    # back up past its first end.
+    for group in resumed["optimizer_states"][0]["param_groups"]:
+        assert group["lr"] < 0.01 * group["initial_lr"], group
 
 
 def test_the_step_loss_is_logged_on_the_steps_that_write_it_only(

@@ -179,3 +179,9 @@ def tensorboard_file_writer(writer: Any) -> Any:
     tab needs only the summaries, in the run's own event files, naming metrics already logged.
     """
     return writer._get_file_writer()
+
+
+def scheduler_sequence(scheduler: Any) -> tuple[list[Any], list[int]]:
+    """The schedulers of a SequentialLR and the steps where each after the first starts (torch
+    keeps both in private attributes; they are what a resumed schedule re-plans)."""
+    return scheduler._schedulers, scheduler._milestones
