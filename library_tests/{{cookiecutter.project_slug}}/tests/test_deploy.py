@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from test_user_paths import process_group
 from torchvision.transforms import v2
 
 from {{ cookiecutter.package_name }}.data import DataModule
@@ -445,9 +446,11 @@ def server(train: Callable, tmp_path: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def serving(artifact: Path, tmp_path: Path) -> Iterator[str]:
+def serving(
+    artifact: Path, tmp_path: Path, started: list[subprocess.Popen] | None = None
+) -> Iterator[str]:
     """serve.py on an artifact or checkpoint, in its own process group on a free loopback
-    port."""
+    port (its process appended to `started`)."""
     url = f"http://127.0.0.1:{free_port()}"
     command = [sys.executable, str(PROJECT / "serve.py"), "--model", str(artifact),
                "--port", url.rsplit(":", 1)[1], "--max_megabytes", "0.1"]  # fmt: skip
@@ -455,6 +458,8 @@ def serving(artifact: Path, tmp_path: Path) -> Iterator[str]:
     process = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
+    if started is not None:
+        started.append(process)
     try:
         deadline = time.monotonic() + 120
         while not healthy(url):
@@ -463,7 +468,8 @@ def serving(artifact: Path, tmp_path: Path) -> Iterator[str]:
             time.sleep(0.5)
         yield url
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # a test may have stopped it
+            os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -480,8 +486,19 @@ def test_a_checkpoint_serves_as_it_predicts(train: Callable, tmp_path: Path) -> 
     files = write_images(tmp_path / "images")
     assert predict(["--model", str(best), str(files[0]), "--output", "ckpt.json"]) == 0
     (predicted,) = json.loads(Path("ckpt.json").read_text())
-    with serving(best, tmp_path) as url:
+    started: list[subprocess.Popen] = []
+    with serving(best, tmp_path, started) as url:
         status, answer = post(url, image_request(files[0]))
+        # SIGTERM to serve.py alone (a container's stop, `kill PID`) ends its workers and
+        # servers too, and frees the port: nothing is left answering.
+        (process,) = started
+        os.kill(process.pid, signal.SIGTERM)
+        assert process.wait(timeout=60) == 0, (tmp_path / "server.log").read_text()[-3000:]
+        deadline = time.monotonic() + 30
+        while process_group(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert process_group(process.pid) == [], (tmp_path / "server.log").read_text()[-3000:]
+        assert not healthy(url)
     assert status == 200, answer
     assert answer["class"] == predicted["class"]
     assert answer["probability"] == pytest.approx(predicted["probability"], abs=1e-5)

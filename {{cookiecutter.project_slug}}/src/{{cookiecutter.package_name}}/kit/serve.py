@@ -12,7 +12,10 @@ its preprocessing recorded not torch: its server starts in about half the time).
 
 import base64
 import binascii
+import functools
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -107,4 +110,15 @@ def main(args: list[str] | None = None) -> None:
         workers_per_device=config.workers,
         max_payload_size=int(config.max_megabytes * 1024 * 1024),
     )
+    # SIGTERM (a container's stop, `kill PID`) would end this process alone, its workers and
+    # servers left answering on the port: it takes LitServe's Ctrl+C path, which ends them.
+    signal.signal(signal.SIGTERM, functools.partial(interrupt, os.getpid()))
     server.run(host=config.host, port=config.port, generate_client_file=False)
+
+
+def interrupt(main_process: int, signum: int, frame: object) -> None:
+    if os.getpid() != main_process:  # a forked server inherited it: ends as SIGTERM ends it
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    raise KeyboardInterrupt
