@@ -93,6 +93,16 @@ def test_run_draws_curves_and_confusion_matrix_and_logs_grad_norms_and_throughpu
     assert scalars(RUN, "train/device/batches_per_sec")
 
 
+def test_the_summary_of_a_run_that_trained_no_step_offers_nothing_it_lacks(
+    train: Callable, capsys: pytest.CaptureFixture
+) -> None:
+    train("--max_epochs", "0")  # tests the initial weights
+    summary = capsys.readouterr().out
+    assert "Best checkpoint: none" in summary
+    assert f"Run folder:      {RUN}  (config.yaml, plots/, test_metrics.json)" in summary
+    assert not (RUN / "checkpoints").exists() and "Resume:" not in summary
+
+
 def test_the_confusion_matrix_names_the_classes_and_counts_each_cell() -> None:
     matrix = MulticlassConfusionMatrix(3)
     matrix.update(torch.tensor([0, 1, 1, 2, 2, 2]), torch.tensor([0, 1, 2, 2, 2, 0]))
@@ -227,7 +237,7 @@ def test_shape_mismatch_fails_before_training_in_one_line(
     message = str(exit_info.value)
     assert message.startswith("error: backbone FixedInput") and "\n" not in message
     assert str(tuple(shape)) in message
-    assert not list(Path().glob("runs/*/*/checkpoints/*.ckpt"))
+    assert not Path("runs").exists()  # refused before a run folder exists
 
 
 def test_data_that_disagrees_with_its_declared_shape_is_refused(

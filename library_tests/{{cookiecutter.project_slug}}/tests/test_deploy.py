@@ -159,6 +159,11 @@ def test_predict_writes_csv_and_refuses_other_output_suffixes(
     assert lines[0] == "file,class,probability,error" and len(lines) == 3
     with pytest.raises(SystemExit, match=r"--output preds.txt must end in .csv or .json"):
         predict(["--model", str(checkpoint), str(files[0]), "--output", "preds.txt"])
+    with pytest.raises(SystemExit, match=r"^error: --output no/such/p.csv: no/such is not a fo"):
+        predict(["--model", str(checkpoint), str(files[0]), "--output", "no/such/p.csv"])
+    for size in ("0", "-1"):
+        with pytest.raises(SystemExit, match=rf"^error: --batch_size must be a positive .*{size}$"):
+            predict(["--model", str(checkpoint), str(files[0]), "--batch_size", size])
 
 
 def test_export_that_misses_the_tolerance_fails_and_leaves_nothing(
@@ -476,6 +481,23 @@ def serving(
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         log.close()
+
+
+def test_bad_server_options_are_refused_in_one_line_before_it_starts() -> None:
+    from {{ cookiecutter.package_name }}.kit.serve import main as serve
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for options, message in [
+            (["--port", "99999"], "--port 99999: accepted: 1024 to 65535"),
+            (["--workers", "0"], "--workers must be a positive integer, got 0"),
+            (["--port", str(port)], f"--port {port} on 127.0.0.1: Address already in use"),
+        ]:
+            with pytest.raises(SystemExit) as exit_info:
+                serve(["--model", "model.onnx", *options])  # options first: no model is read
+            assert exit_info.value.code == f"error: {message}"
 
 
 def test_a_checkpoint_serves_as_it_predicts(train: Callable, tmp_path: Path) -> None:

@@ -326,10 +326,24 @@ def test_bad_data_is_refused_by_name_before_anything_is_written(
         (["--data.batch_size", "0"], "data.batch_size must be a positive integer, got 0"),
         (["--data.batch_size", "-4"], "data.batch_size must be a positive integer, got -4"),
         (["--devices", "4096"], "--devices 4096 is more than the"),
+        (["--devices", "x"], "--devices x: accepted: a count (1, 2, ...), auto"),
+        (["--accelerator", "tpux"], "--accelerator tpux: accepted: auto, gpu, cpu, "),
         (["--max_epochs", "-5"], "max_epochs"),
+        (["--max_epochs", "two"], "trainer.max_epochs two: accepted: an integer, null"),
         (["--ckpt_path", "no/such.ckpt"], "is not a file"),
     ],
-    ids=["misspelled", "wrong type", "zero batch", "negative batch", "devices", "epochs", "path"],
+    ids=[
+        "misspelled",
+        "wrong type",
+        "zero batch",
+        "negative batch",
+        "devices",
+        "device count",
+        "accelerator",
+        "epochs",
+        "epochs type",
+        "path",
+    ],
 )
 def test_bad_flags_are_refused_on_one_line(train: Callable, args: list[str], expected: str) -> None:
     assert expected in refusal(train, *args)

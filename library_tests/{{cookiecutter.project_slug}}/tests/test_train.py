@@ -468,8 +468,30 @@ def test_misspelled_key_fails_before_training(train: Callable, tmp_path: Path) -
             "model.loss torch.nn.FocalLoss cannot be imported: module 'torch.nn' has no "
             "attribute 'FocalLoss'",
         ),
+        (
+            ["--model.optimizer.lr", "-1"],
+            "model.optimizer (torch.optim.AdamW): Invalid learning rate: -1.0",
+        ),
+        (
+            ["--model.backbone.width", "-1"],
+            "model.backbone.width ({{ cookiecutter.package_name }}.backbones.ConvNet): Not of "
+            "type PositiveInt: -1 does not conform to restriction v>0",
+        ),
+        (
+            ["--strategy", "bogus"],
+            "--strategy bogus is not a strategy Lightning knows; accepted: auto, ddp, ",
+        ),
     ],
-    ids=["loss argument", "optimizer argument", "data argument", "callback argument", "class"],
+    ids=[
+        "loss argument",
+        "optimizer argument",
+        "data argument",
+        "callback argument",
+        "class",
+        "optimizer value",
+        "backbone value",
+        "strategy",
+    ],
 )
 def test_a_wrong_key_of_a_class_names_what_is_accepted(
     train: Callable, args: list[str], message: str
@@ -481,11 +503,25 @@ def test_a_wrong_key_of_a_class_names_what_is_accepted(
     assert not Path("runs").exists()
 
 
+def test_an_argument_of_a_class_in_a_config_file_without_its_class_path_is_named(
+    train: Callable, tmp_path: Path
+) -> None:
+    config = tmp_path / "typo.yaml"
+    config.write_text("model: {optimizer: {init_args: {lrr: 0.1}}}\n")
+    with pytest.raises(SystemExit) as exit_info:
+        train("--config", str(config))
+    assert str(exit_info.value.code).startswith(
+        "error: model.optimizer.lrr is not an argument of torch.optim.AdamW; accepted: lr, "
+    )
+    assert not Path("runs").exists()
+
+
 def test_unknown_precision_lists_the_accepted_values(train: Callable) -> None:
     with pytest.raises(SystemExit) as exit_info:
         train("--precision", "bf17")
     message = str(exit_info.value.code)  # what the interpreter prints on exit
-    assert "bf17" in message and "bf16-mixed" in message and "16-mixed" in message
+    assert message.startswith("error: trainer.precision bf17: accepted: 64, 32, 16, ")
+    assert "bf16-mixed" in message and "16-mixed" in message and "Literal" not in message
     assert "\n" not in message
 
 

@@ -6,6 +6,7 @@ remaining arguments.
 """
 
 import torchvision
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch import Tensor, nn
 
 from .kit.layers import last_linear
@@ -21,8 +22,8 @@ class ConvNet(nn.Module):
         self,
         in_channels: int,
         num_classes: int,
-        width: int = 32,
-        stages: int = 2,
+        width: PositiveInt = 32,
+        stages: NonNegativeInt = 2,
         dropout: float = 0.1,
         head_penalty: float = 0.0,
     ) -> None:

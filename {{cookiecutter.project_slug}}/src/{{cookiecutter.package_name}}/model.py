@@ -209,7 +209,8 @@ class ImageClassifier(L.LightningModule):
         return logits
 
     def _check_input_shape(self) -> None:
-        """Fail before training, in one line, if the backbone cannot take the data's images."""
+        """Fail before training, in one line, if the data's images are not of the shape it
+        declared (the backbone was tried on that shape before the run folder existed)."""
         expected = tuple(self.hparams.input_shape)
         datamodule = self.trainer.datamodule
         train_set = getattr(datamodule, "train_set", None)
@@ -218,17 +219,3 @@ class ImageClassifier(L.LightningModule):
             raise ConfigError(
                 f"the data's images have shape {shape} but data.input_shape says {expected}"
             )
-        was_training = self.training
-        self.eval()  # no BatchNorm statistics from this dry run
-        try:
-            with torch.no_grad():
-                # forward(), not the call: a compiled backbone would compile for this one batch.
-                self.backbone.forward(torch.zeros(2, *shape))
-        except RuntimeError as error:
-            reason = str(error).strip().splitlines()[0]
-            raise ConfigError(
-                f"backbone {type(self.backbone).__name__} does not accept the data's images "
-                f"of shape {shape} (channels, height, width): {reason}"
-            ) from None
-        finally:
-            self.train(was_training)

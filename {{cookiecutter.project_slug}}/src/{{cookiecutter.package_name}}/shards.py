@@ -154,8 +154,10 @@ def convert(
             root=Path(root).resolve(), image_size=image_size, val_fraction=val_fraction, seed=seed
         )
     except ConfigError as error:  # named as the folder module's options: say this command's
-        message = str(error).replace("data.root", "--root")
-        raise ConfigError(message.replace("data.val_fraction", "--val_fraction")) from None
+        message = str(error)
+        for option in ("root", "val_fraction", "image_size"):
+            message = message.replace(f"data.{option}", f"--{option}")
+        raise ConfigError(message) from None
     folder.setup("fit")
     samples = {
         # Lists, not tuples: LitData compares them with their JSON copy to resume.

@@ -61,4 +61,8 @@ def bad_data(tmp_path: Path) -> dict:
         "a class folder without images": (["--data.root", str(empty_class)], "dog holds no image"),
         "a corrupt image": (["--data.root", str(corrupt)], "fox/3.png is not a readable image"),
         "a class missing from val": (["--data.root", str(missing)], "every split needs the same"),
+        "images of no size": (
+            [*write_dataset(tmp_path / "good")[:2], "--data.image_size", "0"],
+            "data.image_size must be a positive integer, got 0",
+        ),
     }

@@ -155,6 +155,8 @@ class DataModule(ImageDataModule):
         fold: int = 0,
     ) -> None:
         super().__init__(batch_size, num_workers, val_fraction, seed, folds, fold)
+        if image_size < 1:
+            raise ConfigError(f"data.image_size must be a positive integer, got {image_size}")
         self.root = Path(root)
         self.image_size = image_size
         train = self.root / "train"

@@ -3,6 +3,7 @@
 Only the parser's configuration lives here; the recipe that runs it is train.py.
 """
 
+import ast
 import contextlib
 import functools
 import importlib
@@ -21,6 +22,7 @@ import torch
 from jsonargparse import Namespace
 from jsonargparse.typing import PositiveFloat
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.callbacks import (
     EarlyStopping,
     LearningRateMonitor,
@@ -44,7 +46,7 @@ from .datamodule import ImageDataModule
 from .errors import ConfigError, config_error_in
 from .guards import RngState, SaveOnPreemption, StopOnDivergence
 from .plots import ConfusionMatrixPlot, TrainingCurves
-from .project import check_model, current
+from .project import check_input, check_model, current
 from .runs import (
     SaveRunConfig,
     first_logger,
@@ -210,6 +212,7 @@ class TrainCLI(LightningCLI):
             raise cause from None
         check_model(self.model)
         self.datamodule.check_contract()
+        check_input(self.model, self.datamodule.input_shape)
         # A callback that needs something of the model says so now, before a run folder or
         # the data exists (FreezeBackbone: layers before a classifier to freeze).
         for callback in self.trainer.callbacks:
@@ -223,6 +226,8 @@ class TrainCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         check_devices(self.config.trainer.accelerator, self.config.trainer.devices)
+        check_strategy(self.config.trainer.strategy)
+        check_optimizers(self.config.model)
         if not wants_default_progress_bar(self.config.trainer):
             self.config.progress_bar = None
         # Callbacks switched off (`--<key> null`) are left out of the Trainer's list.
@@ -380,15 +385,19 @@ def readable(message: str) -> str:
     """jsonargparse's report of a bad flag, key or value, on one line: the one error that
     matters among the alternatives it tried, and where a class path moved."""
     message = original = " ".join(message.split())
-    if found := IN_A_CLASS.search(message):  # a bad value for an argument of a class
+    if found := IN_A_CLASS.search(message) or OF_A_CALLABLE.search(message):
+        # a bad value for an argument of a class
         message = f"{found['key']}.{found['arg']} ({found['cls']}): {found['why']}"
     elif found := UNKNOWN_ARGUMENT.search(message):  # a misspelled argument of a class
         cls = found["cls"] or found["given"]
-        accepted = ", ".join(arguments_of(cls))
-        message = f"{found['key']}.{found['arg']} is not an argument of {cls}"
+        accepted = ", ".join(arguments_of(cls)) if cls else ""
+        message = f"{found['key']}.{found['arg']} is not an argument of {cls or found['key']}"
         message += f"; accepted: {accepted}" if accepted else ""
     elif found := NOT_IMPORTABLE.search(message):  # a class path that does not import
         message = f"{found['key']} {found['path']} cannot be imported: {found['why']}"
+    elif found := NONE_OF_THE_TYPES.search(message):  # a value no type of the argument takes
+        accepted = ", ".join(accepted_values(found["types"]))
+        message = f"{found['key']} {found['given']}: accepted: {accepted}"
     if (found := CLASS_PATH.search(original)) and (
         moved := moved_into_library(path := found["path"] or found["quoted"])
     ):
@@ -434,7 +443,7 @@ def class_at(class_path: str) -> object | None:
 UNKNOWN_ARGUMENT = re.compile(
     r'Parser key "(?P<key>[\w.]+)": .*?(?:Problem with given class_path \'(?P<cls>[^\']+)\': )?'
     r"Option '(?P<arg>\w+)' is not accepted"
-    r"(?:\. Got value: Namespace\(class_path='(?P<given>[^']+)')?"
+    r"(?:\. Got value: Namespace\(.*?class_path='(?P<given>[^']+)')?"
 )
 HELP = {"-h", "--help"}
 # A class path given by flag or in a config file, as jsonargparse quotes it.
@@ -454,6 +463,34 @@ IN_A_CLASS = re.compile(
     r"(?P<why>.*?)(?: - |$)"
 )
 
+# A bad value for an argument of a class given where a callable is expected (the backbone):
+OF_A_CALLABLE = re.compile(
+    r'Parser key "(?P<key>[\w.]+)": Type .*? expects a function or a callable class: '
+    r'Parser key "(?P<arg>\w+)": (?P<why>.*?)\. Got value: '
+    r"Namespace\(class_path='(?P<cls>[^']+)'"
+)
+
+# A value that none of an argument's types takes (a precision, a number of epochs):
+NONE_OF_THE_TYPES = re.compile(
+    r'Parser key "(?P<key>[\w.]+)": Does not validate against any of the Union subtypes '
+    r"Subtypes: \[(?P<types>.*?)\] Errors: .*Given value: (?P<given>.*)$"
+)
+TYPE_NAMES = {"int": "an integer", "float": "a number", "str": "a string", "NoneType": "null"}
+
+
+def accepted_values(types: str) -> list[str]:
+    """What a Union of Literals and classes, as jsonargparse prints it, accepts."""
+    accepted: list[str] = []
+    parts = r"typing\.Literal\[(?P<values>[^\]]*)\]|<class '(?P<cls>[\w.]+)'>"
+    for part in re.finditer(parts, types):
+        if part["values"] is not None:
+            values = [str(value) for value in ast.literal_eval(f"[{part['values']}]")]
+        else:
+            name = part["cls"].rpartition(".")[2]
+            values = [TYPE_NAMES.get(name, f"a {name}")]
+        accepted += [value for value in values if value not in accepted]
+    return accepted
+
 
 def one_line(error: Exception) -> str:
     """jsonargparse's message, which spans several lines, on one."""
@@ -461,7 +498,11 @@ def one_line(error: Exception) -> str:
 
 
 def check_devices(accelerator: object, devices: object) -> None:
-    """Refuse an accelerator or a device count this machine does not have, before any work."""
+    """Refuse an accelerator or a device count this machine does not have, or that Lightning
+    does not take, before any work."""
+    names = ["auto", "gpu", *sorted(AcceleratorRegistry.available_accelerators())]
+    if isinstance(accelerator, str) and accelerator.lower() not in names:
+        raise ConfigError(f"--accelerator {accelerator}: accepted: {', '.join(names)}")
     name = str(getattr(accelerator, "class_path", accelerator)).lower()
     if name in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(
@@ -471,6 +512,12 @@ def check_devices(accelerator: object, devices: object) -> None:
     if name not in ("auto", "cpu", "gpu", "cuda"):
         return  # other accelerators (mps, tpu, ...) check their own devices
     on_gpu = name != "cpu" and torch.cuda.is_available()
+    given = str(devices).replace(" ", "")
+    counted = given == "auto" or re.fullmatch(r"[1-9]\d*", given)
+    gpus = on_gpu and (given == "-1" or re.fullmatch(r"\[?\d+(,\d+)*,?\]?", given))
+    if not (counted or gpus):
+        more = ", -1 (every GPU) or GPU indices (0,1 or [0, 1])" if on_gpu else ""
+        raise ConfigError(f"--devices {devices}: accepted: a count (1, 2, ...), auto{more}")
     available = torch.cuda.device_count() if on_gpu else os.cpu_count() or 1
     wanted = len(devices) if isinstance(devices, list) else devices
     if isinstance(wanted, str) and wanted.isdigit():
@@ -478,6 +525,36 @@ def check_devices(accelerator: object, devices: object) -> None:
     if isinstance(wanted, int) and wanted > available:
         what = "GPUs torch sees" if on_gpu else "CPUs this machine has"
         raise ConfigError(f"--devices {devices} is more than the {available} {what}")
+
+
+def check_strategy(strategy: object) -> None:
+    """A strategy name Lightning does not know, refused in one line that lists those it does
+    (Lightning's own message comes as a traceback from inside the Trainer)."""
+    known = strategy == "auto" or str(strategy).lower() in StrategyRegistry
+    if isinstance(strategy, str) and not known:
+        names = ", ".join(["auto", *sorted(StrategyRegistry.available_strategies())])
+        raise ConfigError(
+            f"--strategy {strategy} is not a strategy Lightning knows; accepted: {names}, or a "
+            "Strategy class as --trainer.strategy <class path>"
+        )
+
+
+def check_optimizers(model: Namespace) -> None:
+    """An optimizer's argument that torch refuses (a negative learning rate, betas outside
+    0..1), in one line before anything is built: torch checks them when the optimizer is
+    made, after the run folder and the data."""
+    for key, value in vars(model).items():
+        if not isinstance(value, Namespace) or not isinstance(value.get("class_path"), str):
+            continue
+        cls = class_at(value.class_path)
+        if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+            continue
+        given = value.get("init_args")
+        arguments = given.as_dict() if isinstance(given, Namespace) else dict(given or {})
+        try:
+            cls([torch.zeros(1, requires_grad=True)], **arguments)
+        except (ValueError, TypeError) as error:
+            raise ConfigError(f"model.{key} ({value.class_path}): {error}") from None
 
 
 def build_cli(

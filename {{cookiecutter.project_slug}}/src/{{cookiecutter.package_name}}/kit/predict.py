@@ -93,6 +93,10 @@ def main(args: list[str] | None = None) -> int:
             raise ConfigError(
                 f"--output {config.output} must end in {' or '.join(OUTPUT_SUFFIXES)}"
             )
+        if config.output and not config.output.parent.is_dir():  # said before predicting
+            raise ConfigError(f"--output {config.output}: {config.output.parent} is not a folder")
+        if config.batch_size < 1:
+            raise ConfigError(f"--batch_size must be a positive integer, got {config.batch_size}")
         classifier = load_classifier(config.model)
         files = input_files(config.inputs, classifier.inputs)
     except ConfigError as error:

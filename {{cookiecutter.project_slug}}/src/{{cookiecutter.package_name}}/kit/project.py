@@ -22,7 +22,7 @@ module (`inputs`, by name: an exported model's metadata records it), which `Inpu
 """
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -155,6 +155,27 @@ def current() -> Project:
             f"(the entry scripts hand over {package}.project.project)"
         )
     return _current[0]
+
+
+def check_input(model: "LightningModule", input_shape: Sequence[int]) -> None:
+    """Name, on one line, a backbone that cannot take images of the data's shape: a dry run on
+    two blank images, before a run folder or the data exists."""
+    import torch
+
+    was_training = model.training
+    model.eval()  # no BatchNorm statistics from this dry run
+    try:
+        with torch.no_grad():
+            # forward(), not the call: a compiled backbone would compile for this one batch.
+            model.backbone.forward(torch.zeros(2, *input_shape))
+    except RuntimeError as error:
+        reason = str(error).strip().splitlines()[0]
+        raise ConfigError(
+            f"backbone {type(model.backbone).__name__} does not accept the data's images of "
+            f"shape {tuple(input_shape)} (channels, height, width): {reason}"
+        ) from None
+    finally:
+        model.train(was_training)
 
 
 def check_model(model: "LightningModule") -> None:

@@ -31,9 +31,10 @@ from .errors import ConfigError
 from .records import DIRECTIONS, flatten
 
 # Config keys that differ between any two runs without changing what is trained: where the
-# run's folder is, and which checkpoint a resume read.
+# run's folder is, which checkpoint a resume read, and how its progress was shown.
 NOT_HYPERPARAMETERS = re.compile(
     r"^ckpt_path$|^trainer\.logger(\.\d+)?\.init_args\.(save_dir|name|version)$"
+    r"|^progress_bar(\..+)?$|^trainer\.enable_progress_bar$"
 )
 FIRST_KEYS = ("seed_everything", "monitor", "init_from", "model.", "data.", "trainer.")
 # The text table shows this many differing keys; csv and markdown show all.

@@ -360,14 +360,17 @@ def summary(
         if (score := best_score(checkpoint)) is not None:
             best += f"  ({checkpoint.monitor} {score:.4f})"
     tested = "  ".join(f"{key} {value:.4f}" for key, value in sorted(metrics.items()))
+    # What the run left: a run that trained no step (--max_epochs 0) has no checkpoints.
+    kept = ["config.yaml", "checkpoints/", "plots/", "test_metrics.json"]
+    kept = [name for name in kept if Path(log_dir, name).exists()]
     rows = {
         "Best checkpoint": best,
         "Test": tested or "not run",
-        "Run folder": f"{log_dir}  (config.yaml, checkpoints/, plots/, test_metrics.json)",
+        "Run folder": f"{log_dir}  ({', '.join(kept)})" if kept else log_dir,
         "Watch": how_to_watch(log_dir, loggers),
-        "Resume": f"python train.py --ckpt_path {log_dir}/checkpoints/last.ckpt "
-        "--max_epochs <more>",
     }
+    if (last := Path(log_dir, "checkpoints", "last.ckpt")).exists():
+        rows["Resume"] = f"python train.py --ckpt_path {last} --max_epochs <more>"
     return "\n".join(f"{name + ':':<17}{value}" for name, value in rows.items())
 
 

@@ -16,6 +16,7 @@ import functools
 import json
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,7 @@ def main(args: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=1, help="Model copies serving requests.")
     config = parser.parse_args(args)
     try:
+        check_options(config.host, config.port, config.workers)
         load_classifier(config.model)  # a bad model file fails here, before the server starts
     except ConfigError as error:
         sys.exit(f"error: {error}")
@@ -114,6 +116,21 @@ def main(args: list[str] | None = None) -> None:
     # servers left answering on the port: it takes LitServe's Ctrl+C path, which ends them.
     signal.signal(signal.SIGTERM, functools.partial(interrupt, os.getpid()))
     server.run(host=config.host, port=config.port, generate_client_file=False)
+
+
+def check_options(host: str, port: int, workers: int) -> None:
+    """Refuse, in one line, what LitServe or the operating system would refuse only later, in
+    a traceback or a log line that does not name the option."""
+    if not 1024 <= port <= 65535:
+        raise ConfigError(f"--port {port}: accepted: 1024 to 65535")
+    if workers < 1:
+        raise ConfigError(f"--workers must be a positive integer, got {workers}")
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise ConfigError(f"--port {port} on {host}: {error.strerror}") from None
 
 
 def interrupt(main_process: int, signum: int, frame: object) -> None:
