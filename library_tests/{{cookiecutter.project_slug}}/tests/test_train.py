@@ -121,6 +121,18 @@ def test_resume_from_last_continues_at_the_saved_epoch_and_step(train: Callable)
         assert group["lr"] < 0.01 * group["initial_lr"], group
 
 
+def test_a_resumed_run_whose_config_this_project_cannot_read_is_named(train: Callable) -> None:
+    train("--max_epochs", "1")
+    config = RUN / "config.yaml"
+    saved = yaml.safe_load(config.read_text())
+    saved["data"]["init_args"]["nonsense"] = 1  # as another project's run would have it
+    config.write_text(yaml.safe_dump(saved))
+    with pytest.raises(SystemExit) as exit_info:
+        train("--max_epochs", "2", "--ckpt_path", "last")
+    message = str(exit_info.value.code)
+    assert message.startswith(f"error: {config}, the resumed run's config: data.nonsense is not ")
+
+
 def test_the_step_loss_is_logged_on_the_steps_that_write_it_only(
     train: Callable, monkeypatch: pytest.MonkeyPatch
 ) -> None:

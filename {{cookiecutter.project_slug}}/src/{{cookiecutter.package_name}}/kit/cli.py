@@ -200,7 +200,12 @@ class TrainCLI(LightningCLI):
         with contextlib.suppress(ConfigError):  # a checkpoint outside a run folder as it is
             config = ["--config", str(run_config(checkpoint))]
             given = sys.argv[1:] if args is None else list(args)  # type: ignore[call-overload]
-            super().parse_arguments(parser, [*config, *given])
+            # The flags passed alone: what fails now is in the run's config (another project's).
+            parser.resumed_config = run_config(checkpoint)
+            try:
+                super().parse_arguments(parser, [*config, *given])
+            finally:
+                parser.resumed_config = None
         self.config.ckpt_path = str(checkpoint)
 
     def instantiate_classes(self) -> None:
@@ -352,6 +357,7 @@ class OneLineErrors(LightningArgumentParser):
     command line's own parser reads the project's defaults before the arguments."""
 
     defaults_file: Path | None = None  # set on the command line's parser, not on nested ones
+    resumed_config: Path | None = None  # while the config of a run being resumed is read
 
     def parse_args(self, args: Sequence[str] | None = None, **kwargs: Any) -> Any:
         if self.defaults_file is not None:
@@ -378,6 +384,8 @@ class OneLineErrors(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error:  # jsonargparse is trying alternatives; let it go on
             super().error(message, ex)
+        if self.resumed_config is not None:
+            sys.exit(f"error: {self.resumed_config}, the resumed run's config: {readable(message)}")
         sys.exit(f"error: {readable(message)} (python train.py --help lists the options)")
 
 
