@@ -198,12 +198,11 @@ class TrainCLI(LightningCLI):
             return
         checkpoint = resume_checkpoint(self.config.ckpt_path, first_logger(self.config))
         with contextlib.suppress(ConfigError):  # a checkpoint outside a run folder as it is
-            config = ["--config", str(run_config(checkpoint))]
+            parser.resumed_config = run_config(checkpoint)
             given = sys.argv[1:] if args is None else list(args)  # type: ignore[call-overload]
             # The flags passed alone: what fails now is in the run's config (another project's).
-            parser.resumed_config = run_config(checkpoint)
             try:
-                super().parse_arguments(parser, [*config, *given])
+                super().parse_arguments(parser, ["--config", str(parser.resumed_config), *given])
             finally:
                 parser.resumed_config = None
         self.config.ckpt_path = str(checkpoint)

@@ -382,7 +382,7 @@ def best_score(checkpoint: Any) -> float | None:
         return float(checkpoint.best_model_score)
     if checkpoint.monitor is None:
         return None
-    state = torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=True, mmap=True)
+    state = load_checkpoint(checkpoint.best_model_path)
     score = state.get("callbacks", {}).get(checkpoint.state_key, {}).get("best_model_score")
     return None if score is None else float(score)
 
