@@ -31,6 +31,7 @@ from {{ cookiecutter.package_name }}.kit.errors import ConfigError
 from {{ cookiecutter.package_name }}.kit.evaluate import main as evaluate
 from {{ cookiecutter.package_name }}.kit.export import main as export
 from {{ cookiecutter.package_name }}.kit.inference import Classifier, load_classifier, metadata_path
+from {{ cookiecutter.package_name }}.kit.predict import input_files
 from {{ cookiecutter.package_name }}.kit.predict import main as predict
 from {{ cookiecutter.package_name }}.kit.predict import predict as classify
 from {{ cookiecutter.package_name }}.model import ImageClassifier
@@ -164,6 +165,23 @@ def test_predict_writes_csv_and_refuses_other_output_suffixes(
     for size in ("0", "-1"):
         with pytest.raises(SystemExit, match=rf"^error: --batch_size must be a positive .*{size}$"):
             predict(["--model", str(checkpoint), str(files[0]), "--batch_size", size])
+
+
+def test_files_of_another_type_in_a_folder_are_left_out_and_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from {{ cookiecutter.package_name }} import inputs
+
+    files = write_images(tmp_path / "images")
+    (tmp_path / "images" / "notes").mkdir()
+    (tmp_path / "images" / "notes" / "readme.txt").write_text("not an input")
+    assert input_files([tmp_path / "images"], inputs) == sorted(files)
+    said = capsys.readouterr().err.strip()
+    assert said == (
+        f"{tmp_path / 'images'}: 1 file(s) left out, not {inputs.ACCEPTED} (such as readme.txt)"
+    )
+    input_files([tmp_path / "images" / "image0.png"], inputs)  # a file given by name: nothing
+    assert capsys.readouterr().err == ""
 
 
 def test_export_that_misses_the_tolerance_fails_and_leaves_nothing(

@@ -157,10 +157,12 @@ def test_a_non_finite_loss_between_logging_steps_is_named_before_the_next_checkp
     train: Callable,
 ) -> None:
     # The loss is checked on the device at every step and read when a step logs (none here)
-    # or a checkpoint is about to be written (the epoch's, after step 7).
+    # or a checkpoint is about to be written (the epoch's, after step 7). Small batches: eight
+    # of them in an epoch of any dataset's test data.
     with pytest.raises(SystemExit) as stop:
         train(
             "--max_epochs", "1",
+            "--data.batch_size", "4",
             "--trainer.limit_train_batches", "8",
             "--trainer.log_every_n_steps", "50",
             "--step_checkpoint.every_n_train_steps", "4",

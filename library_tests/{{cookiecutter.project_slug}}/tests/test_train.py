@@ -2,6 +2,7 @@
 
 import json
 import re
+import sys
 {%- if cookiecutter.logger == "tensorboard" %}
 import threading
 {%- endif %}
@@ -535,6 +536,18 @@ def test_unknown_precision_lists_the_accepted_values(train: Callable) -> None:
     assert message.startswith("error: trainer.precision bf17: accepted: 64, 32, 16, ")
     assert "bf16-mixed" in message and "16-mixed" in message and "Literal" not in message
     assert "\n" not in message
+
+
+def test_an_unknown_flag_points_to_the_help_of_the_script_that_was_run(
+    train: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # evaluate.py, export.py and the others build the same parser as train.py.
+    monkeypatch.setattr(sys, "argv", [str(Path("somewhere", "evaluate.py"))])
+    with pytest.raises(SystemExit) as exit_info:
+        train("--bogus", "1")
+    assert str(exit_info.value.code) == (
+        "error: unrecognized arguments: --bogus 1 (python evaluate.py --help lists the options)"
+    )
 
 
 def test_print_config_shows_the_complete_config(

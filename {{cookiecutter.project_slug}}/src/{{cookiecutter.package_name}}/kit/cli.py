@@ -385,7 +385,8 @@ class OneLineErrors(LightningArgumentParser):
             super().error(message, ex)
         if self.resumed_config is not None:
             sys.exit(f"error: {self.resumed_config}, the resumed run's config: {readable(message)}")
-        sys.exit(f"error: {readable(message)} (python train.py --help lists the options)")
+        # The script that was run lists its own options (evaluate.py builds this parser too).
+        sys.exit(f"error: {readable(message)} (python {self.prog} --help lists the options)")
 
 
 def readable(message: str) -> str:

@@ -32,6 +32,13 @@ def input_files(inputs: list[Path], reader: Inputs) -> list[Path]:
             if not found:
                 raise ConfigError(f"{path} holds no {reader.ACCEPTED}")
             files += found
+            left_out = sorted(set(filter(Path.is_file, path.rglob("*"))) - set(found))
+            if left_out:  # said, so that a file of an unexpected type is not missed unnoticed
+                print(
+                    f"{path}: {len(left_out)} file(s) left out, not {reader.ACCEPTED} "
+                    f"(such as {left_out[0].name})",
+                    file=sys.stderr,
+                )
         elif path.is_file():
             files.append(path)
         else:
