@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from lightning.pytorch import Callback
 
@@ -16,6 +17,11 @@ from {{ cookiecutter.package_name }}.kit.train import main
 from {{ cookiecutter.package_name }}.project import project
 
 use(project)  # as the entry scripts do: the library's functions called here build this model
+
+# The tests' networks and batches are tiny: one torch thread runs them fastest, and threads
+# that wait on each other slow to a crawl when other work shares the cores. In this process
+# only: the commands the tests start (tests/test_runs.py) run with torch's default, as yours do.
+torch.set_num_threads(1)
 
 # fake_data.py provides the data_args and train_command fixtures for this dataset.
 pytest_plugins = ["fake_data"]
