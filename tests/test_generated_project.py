@@ -50,6 +50,8 @@ SHARDS = ["test_shards.py"]  # image folders only: in an image_folder run
 LOGGED = ["test_compat.py", "test_train.py", "test_repeat.py"]
 FOLDER_DATA = ["test_loaders.py", *SHARDS, *LOGGED, "test_fork.py", "test_transfer.py"]
 REST = [name for name in LIBRARY_FILES if name not in USER_PATHS + FEATURES + SHARDS]
+# Each dataset's own bad data (its fixture in tests/datasets/), refused in one line.
+BAD_DATA = "tests/test_reliability.py::test_bad_data_is_refused_by_name_before_anything_is_written"
 # The stall detector's own test runs no README command: against digits only.
 HARNESS_ONLY = "test_a_command_fails_when_it_stalls"
 LIBRARY_RUNS = {
@@ -60,8 +62,8 @@ LIBRARY_RUNS = {
     },
     "library-digits-rest": ("digits", ["-m", "", *REST]),
     "library-digits-features": ("digits", ["-m", "", *FEATURES]),
-    "library-image_folder-data": ("image_folder", ["-m", "not slow", *FOLDER_DATA]),
-    "library-mnist": ("mnist", ["-m", "not slow", "test_loaders.py", *LOGGED]),
+    "library-image_folder-data": ("image_folder", ["-m", "not slow", *FOLDER_DATA, BAD_DATA]),
+    "library-mnist": ("mnist", ["-m", "not slow", "test_loaders.py", *LOGGED, BAD_DATA]),
     "library-fashion_mnist": ("fashion_mnist", ["-m", "not slow", *LOGGED, "test_fork.py"]),
 }
 RUNS = {

@@ -182,6 +182,10 @@ def test_files_of_another_type_in_a_folder_are_left_out_and_said(
     )
     input_files([tmp_path / "images" / "image0.png"], inputs)  # a file given by name: nothing
     assert capsys.readouterr().err == ""
+    # The words name exactly the suffixes a folder is searched for.
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    assert inputs.ACCEPTED.endswith(f"({', '.join(IMG_EXTENSIONS)})")
 
 
 def test_export_that_misses_the_tolerance_fails_and_leaves_nothing(
@@ -511,6 +515,7 @@ def test_bad_server_options_are_refused_in_one_line_before_it_starts() -> None:
         for options, message in [
             (["--port", "99999"], "--port 99999: accepted: 1024 to 65535"),
             (["--workers", "0"], "--workers must be a positive integer, got 0"),
+            (["--max_megabytes", "-1"], "--max_megabytes must be a positive number, got -1.0"),
             (["--port", str(port)], f"--port {port} on 127.0.0.1: Address already in use"),
         ]:
             with pytest.raises(SystemExit) as exit_info:

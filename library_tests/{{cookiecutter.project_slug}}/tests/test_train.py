@@ -20,11 +20,12 @@ from torchmetrics.classification import MulticlassCalibrationError
 from {{ cookiecutter.package_name }} import model as model_module
 from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.kit.callbacks import EpochLine
+from {{ cookiecutter.package_name }}.kit.checkpoint import load_checkpoint, resolve_checkpoint
 from {{ cookiecutter.package_name }}.kit.cli import CALLBACKS, TrainCLI, build_cli
 from {{ cookiecutter.package_name }}.kit.errors import ConfigError
 from {{ cookiecutter.package_name }}.kit.metrics import EpochMeans
 from {{ cookiecutter.package_name }}.kit.project import use
-from {{ cookiecutter.package_name }}.kit.runs import metric_directions
+from {{ cookiecutter.package_name }}.kit.runs import loggable, metric_directions
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -246,6 +247,28 @@ def test_resume_last_goes_on_as_the_newest_run_was_configured(train: Callable) -
 
 
 @pytest.mark.parametrize(
+    "content",
+    [b"hello\n", b'{"state_dict": {}}', b"\x89PNG\r\n\x1a\n" + bytes(64), bytes(range(256))],
+    ids=["text", "json", "png", "bytes"],
+)
+def test_a_file_that_is_no_torch_file_is_named_in_one_line(tmp_path: Path, content: bytes) -> None:
+    # Resuming, evaluating, predicting and serving read a checkpoint through this.
+    path = tmp_path / "model.ckpt"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as error:
+        load_checkpoint(path)
+    assert str(error.value) == (
+        f"{path} is not a torch file (torch.save writes a zip archive); give a checkpoint or "
+        "weights file"
+    )
+    # A pickle stream that is no torch file: one line too.
+    path.write_bytes(b"\x80\x02" + content)
+    with pytest.raises(ConfigError, match=rf"^{path} ") as error:
+        load_checkpoint(path)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
     ("change", "named"),
     [
         (
@@ -302,7 +325,15 @@ def test_resume_without_a_previous_run_says_so(
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
         train("--ckpt_path", "last")
-    assert "no run under runs/default has a checkpoints/last.ckpt" in str(exit_info.value)
+    message = (
+        "--ckpt_path {}: no trained run under runs/default (none has checkpoints/last.ckpt); "
+        "train first or give a checkpoint file"
+    )
+    assert str(exit_info.value) == "error: " + message.format("last")
+    # evaluate.py's default, found through the newest run's last.ckpt too
+    with pytest.raises(ConfigError) as error:
+        resolve_checkpoint("best")
+    assert str(error.value) == message.format("best")
 
 
 def test_saved_config_reproduces_the_run(train: Callable) -> None:
@@ -494,6 +525,12 @@ def test_misspelled_key_fails_before_training(train: Callable, tmp_path: Path) -
             ["--strategy", "bogus"],
             "--strategy bogus is not a strategy Lightning knows; accepted: auto, ddp, ",
         ),
+        (
+            # Accepted by the loss class, refused only when it computes: by the dry run.
+            ["--model.loss.init_args.label_smoothing", "2"],
+            "model.loss CrossEntropyLoss cannot compute a loss of the backbone's logits and "
+            "class labels: label_smoothing must be between 0.0 and 1.0",
+        ),
     ],
     ids=[
         "loss argument",
@@ -504,6 +541,7 @@ def test_misspelled_key_fails_before_training(train: Callable, tmp_path: Path) -
         "optimizer value",
         "backbone value",
         "strategy",
+        "loss value",
     ],
 )
 def test_a_wrong_key_of_a_class_names_what_is_accepted(
@@ -548,6 +586,16 @@ def test_an_unknown_flag_points_to_the_help_of_the_script_that_was_run(
     assert str(exit_info.value.code) == (
         "error: unrecognized arguments: --bogus 1 (python evaluate.py --help lists the options)"
     )
+
+
+def test_hyperparameters_reach_the_loggers_as_built_in_types() -> None:
+    # W&B stored a subclass of int (a network's width, a PositiveInt) as text, not a number.
+    from jsonargparse.typing import PositiveInt
+
+    values = [PositiveInt(32), 1e-3, "AdamW", True, None, (0.9, 0.999), Path("runs")]
+    logged = [loggable(value) for value in values]
+    assert logged == [32, 1e-3, "AdamW", True, None, "[0.9, 0.999]", "runs"]
+    assert [type(value) for value in logged] == [int, float, str, bool, type(None), str, str]
 
 
 def test_print_config_shows_the_complete_config(

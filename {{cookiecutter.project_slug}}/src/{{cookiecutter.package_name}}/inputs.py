@@ -19,7 +19,8 @@ from .kit.errors import InputTooLargeError, UnreadableInputError
 # serve.py's request body: {"image": "<base64 of an image file>"}.
 FIELD = "image"
 ONE_FILE = "an image file"
-ACCEPTED = "PNG, JPEG or other image files"
+# The files a folder given to predict.py is searched for: torchvision's image suffixes.
+ACCEPTED = "image files (.jpg, .jpeg, .png, .ppm, .bmp, .pgm, .tif, .tiff, .webp)"
 # The image mode of each channel count that the preprocessing can be recorded for.
 MODES = {1: "L", 3: "RGB"}
 # The keys of the recorded preprocessing (the library checks an artifact has them all).

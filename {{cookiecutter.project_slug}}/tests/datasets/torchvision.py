@@ -141,10 +141,17 @@ def bad_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     # Nothing listens on the discard port: the download fails at once, as it does offline.
     monkeypatch.setattr(datasets.{{ folder }}, "mirrors", ["http://127.0.0.1:9/"])
     (tmp_path / "empty").mkdir()
+    write_dataset(tmp_path / "damaged")
+    images = tmp_path / "damaged" / "{{ folder }}" / "raw" / "train-images-idx3-ubyte"
+    images.write_bytes(images.read_bytes()[:1000])  # cut short, as by a copy that stopped
     return {
         "empty root, no network": (
             ["--data.root", str(tmp_path / "empty")],
             "could not be downloaded",
+        ),
+        "a damaged file": (
+            ["--data.root", str(tmp_path / "damaged")],
+            "{{ folder }} in data.root",
         ),
     }
 {%- endif %}

@@ -90,15 +90,25 @@ class DataModule(InMemoryDataModule):
 
     def prepare_data(self) -> None:
         # Runs on one process per node; downloads only what is missing.
-        try:
-            DATASET(self.root, train=True, download=True)
-            DATASET(self.root, train=False, download=True)
-        except (OSError, RuntimeError) as error:  # no network, a proxy, a full disk, ...
-            reason = " ".join(str(error).split())
-            raise ConfigError(
-                f"{DATASET.__name__} is not complete in data.root {str(self.root)!r} and could "
-                f"not be downloaded ({reason}); copy its files there or check the network"
-            ) from None
+        for train in (True, False):
+            try:
+                DATASET(self.root, train=train)
+                continue
+            except (OSError, RuntimeError, ValueError) as error:
+                if "not found" not in str(error):  # the files are there, but unreadable
+                    raise ConfigError(
+                        f"{DATASET.__name__} in data.root {str(self.root)!r} is damaged "
+                        f"({' '.join(str(error).split())}); delete its files to download them "
+                        "again, or copy intact ones there"
+                    ) from None
+            try:
+                DATASET(self.root, train=train, download=True)
+            except (OSError, RuntimeError) as error:  # no network, a proxy, a full disk, ...
+                raise ConfigError(
+                    f"{DATASET.__name__} is not complete in data.root {str(self.root)!r} and "
+                    f"could not be downloaded ({' '.join(str(error).split())}); copy its files "
+                    "there or check the network"
+                ) from None
 
     def setup(self, stage: str | None = None) -> None:
         train = decoded(DATASET(self.root, train=True))

@@ -19,6 +19,8 @@ from .layers import last_linear
 from .project import current
 
 EXPERIMENT = Path("runs") / "default"
+ZIP_START = b"PK\x03\x04"  # a zip archive's first local file header
+PICKLE_START = b"\x80"  # the protocol marker of pickle protocol 2 and later
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -26,6 +28,15 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path} is not a file; give a checkpoint or weights file")
+    with path.open("rb") as file:
+        start = file.read(4)
+    # torch.save writes a zip archive (its legacy format: a pickle stream). Any other file would
+    # reach torch's legacy reader, which fails with a KeyError or a misleading safety refusal.
+    if start and not start.startswith((ZIP_START, PICKLE_START)):
+        raise ConfigError(
+            f"{path} is not a torch file (torch.save writes a zip archive); give a checkpoint "
+            "or weights file"
+        )
     try:
         content = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
@@ -35,7 +46,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
                 f"plain data, and loading it could run arbitrary code"
             ) from None
         raise ConfigError(f"{path} is truncated or corrupt ({error})") from None
-    except (RuntimeError, EOFError, OSError, ValueError) as error:
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ConfigError(f"{path} is truncated or not a torch file ({reason})") from None
     if not isinstance(content, dict):
@@ -176,8 +187,10 @@ def resolve_checkpoint(ckpt_path: str, experiment: Path = EXPERIMENT) -> Path:
         experiment.glob("version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime
     )
     if not runs:
+        # 'best' too is found through the newest run's last.ckpt, which records it.
         raise ConfigError(
-            f"--ckpt_path {ckpt_path}: no run under {experiment} has a checkpoints/last.ckpt"
+            f"--ckpt_path {ckpt_path}: no trained run under {experiment} (none has "
+            "checkpoints/last.ckpt); train first or give a checkpoint file"
         )
     last = runs[-1]
     if ckpt_path == "last":

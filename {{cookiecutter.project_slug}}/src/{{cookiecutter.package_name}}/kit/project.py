@@ -13,6 +13,8 @@ The model class, a LightningModule, provides (`check_model` names a missing one 
   optionally parameter_groups(): those groups, so that resuming with another grouping is
                 refused in one line (otherwise the optimizer's state fails to load)
   hyperparameters saved (save_hyperparameters): a checkpoint rebuilds the model from them
+  optionally loss: called as loss(logits, labels) on the dry run's logits, so that an
+                argument it takes but cannot compute with is refused at start
 The data module class provides what datamodule.ImageDataModule documents (class names, input
 shape, normalisation, prediction transform), checked by its `check_contract` at start.
 Every default of the command line is in one YAML file: the project's configs/default.yaml,
@@ -41,7 +43,7 @@ class Inputs(Protocol):
 
     FIELD: str  # the key of a served request's JSON body that holds one input, in base64
     ONE_FILE: str  # one input file, in words ("an image file")
-    ACCEPTED: str  # the files it reads, in words ("PNG, JPEG or other image files")
+    ACCEPTED: str  # the files it reads from a folder, in words ("image files (.jpg, ...)")
     STEPS: tuple[str, ...]  # the keys that a recorded preprocessing (describe's answer) holds
 
     @staticmethod
@@ -158,8 +160,9 @@ def current() -> Project:
 
 
 def check_input(model: "LightningModule", input_shape: Sequence[int]) -> None:
-    """Name, on one line, a backbone that cannot take images of the data's shape: a dry run on
-    two blank images, before a run folder or the data exists."""
+    """Name, on one line, a backbone that cannot take images of the data's shape, or a loss
+    that cannot take its logits (an argument such as label_smoothing 2 fails only then): a dry
+    run on two blank images, before a run folder or the data exists."""
     import torch
 
     was_training = model.training
@@ -167,15 +170,28 @@ def check_input(model: "LightningModule", input_shape: Sequence[int]) -> None:
     try:
         with torch.no_grad():
             # forward(), not the call: a compiled backbone would compile for this one batch.
-            model.backbone.forward(torch.zeros(2, *input_shape))
+            logits = model.backbone.forward(torch.zeros(2, *input_shape))
     except RuntimeError as error:
-        reason = str(error).strip().splitlines()[0]
         raise ConfigError(
             f"backbone {type(model.backbone).__name__} does not accept the data's images of "
-            f"shape {tuple(input_shape)} (channels, height, width): {reason}"
+            f"shape {tuple(input_shape)} (channels, height, width): {first_line(error)}"
         ) from None
     finally:
         model.train(was_training)
+    loss = getattr(model, "loss", None)
+    if callable(loss):
+        try:
+            with torch.no_grad():
+                loss(logits, torch.zeros(len(logits), dtype=torch.long))
+        except (RuntimeError, ValueError) as error:
+            raise ConfigError(
+                f"model.loss {type(loss).__name__} cannot compute a loss of the backbone's "
+                f"logits and class labels: {first_line(error)}"
+            ) from None
+
+
+def first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0]
 
 
 def check_model(model: "LightningModule") -> None:

@@ -342,8 +342,12 @@ def tensorboard_hparams(
 
 def loggable(value: object) -> str | int | float | bool | None:
     """A value every logger stores as it is: a number, a string, a bool; others as JSON."""
-    if isinstance(value, str | int | float | bool | None):
+    if isinstance(value, bool | None):
         return value
+    # As the built-in type: W&B stores a subclass (jsonargparse's PositiveInt) as text.
+    for kind in (int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
     if isinstance(value, list | tuple | dict):
         return json.dumps(value, default=str)
     return str(value)  # a path, say

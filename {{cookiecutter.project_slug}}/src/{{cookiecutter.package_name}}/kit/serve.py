@@ -102,7 +102,7 @@ def main(args: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=1, help="Model copies serving requests.")
     config = parser.parse_args(args)
     try:
-        check_options(config.host, config.port, config.workers)
+        check_options(config.host, config.port, config.workers, config.max_megabytes)
         load_classifier(config.model)  # a bad model file fails here, before the server starts
     except ConfigError as error:
         sys.exit(f"error: {error}")
@@ -118,13 +118,15 @@ def main(args: list[str] | None = None) -> None:
     server.run(host=config.host, port=config.port, generate_client_file=False)
 
 
-def check_options(host: str, port: int, workers: int) -> None:
+def check_options(host: str, port: int, workers: int, max_megabytes: float) -> None:
     """Refuse, in one line, what LitServe or the operating system would refuse only later, in
-    a traceback or a log line that does not name the option."""
+    a traceback or a log line that does not name the option (or in every request's answer)."""
     if not 1024 <= port <= 65535:
         raise ConfigError(f"--port {port}: accepted: 1024 to 65535")
     if workers < 1:
         raise ConfigError(f"--workers must be a positive integer, got {workers}")
+    if not max_megabytes > 0:  # NaN too
+        raise ConfigError(f"--max_megabytes must be a positive number, got {max_megabytes}")
     with socket.socket() as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
         try:
