@@ -23,6 +23,7 @@ from {{ cookiecutter.package_name }}.kit.callbacks import EpochLine
 from {{ cookiecutter.package_name }}.kit.checkpoint import load_checkpoint, resolve_checkpoint
 from {{ cookiecutter.package_name }}.kit.cli import CALLBACKS, TrainCLI, build_cli
 from {{ cookiecutter.package_name }}.kit.errors import ConfigError
+from {{ cookiecutter.package_name }}.kit.evaluate import main as evaluate
 from {{ cookiecutter.package_name }}.kit.metrics import EpochMeans
 from {{ cookiecutter.package_name }}.kit.project import use
 from {{ cookiecutter.package_name }}.kit.runs import loggable, metric_directions
@@ -232,6 +233,16 @@ def test_the_losses_epoch_means_are_logged_once_an_epoch(
         if name != "test/loss":  # written by the test, not read back here
             values = [value for _, value in scalars(RUN, name)]
             assert values == pytest.approx(expected, rel=1e-6), name
+
+
+def test_a_resumed_runs_config_says_what_it_went_on_with(train: Callable) -> None:
+    train("--max_epochs", "1")
+    train("--ckpt_path", "last", "--max_epochs", "2")
+    config = yaml.safe_load((RUN / "config.yaml").read_text())
+    assert config["trainer"]["max_epochs"] == 2  # results.py shows it, a resume starts from it
+    assert config["ckpt_path"] is None  # --config config.yaml repeats the run from its start
+    evaluate(["--ckpt_path", "last", "--data.batch_size", "8"])  # testing it changes nothing
+    assert yaml.safe_load((RUN / "config.yaml").read_text()) == config
 
 
 def test_resume_last_goes_on_as_the_newest_run_was_configured(train: Callable) -> None:

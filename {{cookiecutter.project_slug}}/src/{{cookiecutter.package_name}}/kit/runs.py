@@ -126,7 +126,10 @@ def log_into_resumed_run(logger: object, checkpoint: Path) -> None:
 
 
 class SaveRunConfig(SaveConfigCallback):
-    """Writes config.yaml into a new run folder; a resumed run keeps its first config.
+    """Writes config.yaml into a new run folder, and again when the run is resumed: then it is
+    the run's own config with the flags given on top (a higher --max_epochs, say), what the run
+    went on with, which results.py shows and a later resume starts from. Testing a run
+    (evaluate.py) leaves it as it is.
 
     The saved config has no ckpt_path, so `--config config.yaml` repeats the run.
     """
@@ -139,7 +142,7 @@ class SaveRunConfig(SaveConfigCallback):
     def setup(self, trainer, pl_module, stage: str) -> None:
         log_dir = trainer.log_dir  # a collective call: every rank must make it
         exists = trainer.is_global_zero and Path(log_dir, self.config_filename).exists()
-        if trainer.strategy.broadcast(exists):
+        if trainer.strategy.broadcast(exists) and stage != "fit":
             self.already_saved = True
         super().setup(trainer, pl_module, stage)
 
