@@ -247,8 +247,26 @@ def test_a_paired_comparison_weighs_the_difference_against_the_seed_spread(
     # As a table, each repeat is one row with its mean and spread over its 4 seeds.
     rows = list(csv.DictReader(io.StringIO(table([tmp_path], "test/acc", "csv"))))
     assert [row["run"] for row in rows] == [str(tmp_path / n) for n in ("b", "c", "a")]
-    assert rows[2]["test/acc"] == f"{statistics.fmean(a):.4f} ± {statistics.stdev(a):.4f}"
+    assert rows[2]["test/acc"] == f"{statistics.fmean(a):.4f}"  # numbers only, in a CSV file
+    assert rows[2]["test/acc std"] == f"{statistics.stdev(a):.4f}"
     assert rows[2]["runs"] == "4" and "seed_everything" not in rows[0]
+    text = table([tmp_path], "test/acc", "text").splitlines()[3]  # as text: mean ± std
+    assert f"{statistics.fmean(a):.4f} ± {statistics.stdev(a):.4f}" in text
+
+
+def test_a_single_run_beside_a_repeat_differs_in_no_seed_or_fold(tmp_path: Path) -> None:
+    write_repeat(tmp_path / "a", {"seed_0": 0.9, "seed_1": 0.92}, 0.001)
+    single = tmp_path / "single" / "version_0"
+    single.mkdir(parents=True)
+    config = {"seed_everything": 0, "data": {"init_args": {"fold": 0}}, "model": {"lr": 0.01}}
+    (single / "config.yaml").write_text(yaml.safe_dump(config))
+    (single / "test_metrics.json").write_text(json.dumps({"checkpoint": "", "test/acc": 0.95}))
+    rows = list(csv.DictReader(io.StringIO(table([tmp_path], "test/acc", "csv"))))
+    assert list(rows[0]) == ["run", "date", "model.lr", "test/acc", "test/acc std", "runs"]
+    assert [(row["test/acc"], row["test/acc std"]) for row in rows] == [
+        ("0.9500", ""),
+        ("0.9100", f"{statistics.stdev([0.9, 0.92]):.4f}"),
+    ]
 
 
 def test_the_table_ranks_by_the_direction_each_run_recorded(tmp_path: Path) -> None:

@@ -209,7 +209,13 @@ def table(roots: Sequence[Path], metric: str, form: str) -> str:
         raise ConfigError(f"--metric {metric}: the runs have {', '.join(known)}")
     # The model's, the data's and the trainer's keys first, then the callbacks'.
     keys = sorted({key for row in rows for key in row["config"]}, key=callbacks_last)
-    differ = [k for k in keys if len({row["config"].get(k) for row in rows}) > 1]
+    # A repeat's seeds and folds are left out of its row: no difference from a single run's.
+    differ = [
+        k
+        for k in keys
+        if len({row["config"].get(k) for row in rows if k in row["config"] or k not in REPEATED})
+        > 1
+    ]
     more = differ[TEXT_COLUMNS:] if form == "text" else []
     differ = differ[: len(differ) - len(more)]
     best_high = mode_of(metric, found) == "max"
@@ -217,18 +223,22 @@ def table(roots: Sequence[Path], metric: str, form: str) -> str:
     rows.sort(key=lambda r: r["metrics"].get(metric, {"mean": unknown})["mean"], reverse=best_high)
     tested = {key for row in rows for key in row["metrics"] if key.startswith("test/")}
     shown = [metric, *sorted(tested - {metric})]
-    header = ["run", "date", *map(short, differ), *shown, "runs"]
+    # A CSV file is read by other tools: numbers only, a repeat's spread in a column of its own.
+    numbers = form == "csv"
+    metric_columns = [c for key in shown for c in ([key, f"{key} std"] if numbers else [key])]
+    header = ["run", "date", *map(short, differ), *metric_columns, "runs"]
     lines = []
     for row in rows:
         cells = [str(row["folder"]), datetime.fromtimestamp(row["date"]).strftime("%Y-%m-%d %H:%M")]
         cells += [row["config"].get(key, "-") for key in differ]
         for key in shown:
             d = row["metrics"].get(key)
-            cells.append(
-                "-"
-                if d is None
-                else f"{d['mean']:.4f}" + (f" ± {d['std']:.4f}" if d["n"] > 1 else "")
-            )
+            mean = "" if d is None else f"{d['mean']:.4f}"
+            spread = f"{d['std']:.4f}" if d is not None and d["n"] > 1 else ""
+            if numbers:
+                cells += [mean, spread]
+            else:
+                cells.append((mean or "-") + (f" ± {spread}" if spread else ""))
         cells.append(str(max((d["n"] for d in row["metrics"].values()), default=1)))
         lines.append(cells)
     note = (
@@ -302,7 +312,12 @@ def command_line() -> argparse.ArgumentParser:
         help="folders of runs (default: runs)",
     )
     parser.add_argument("--metric", default="test/acc", help="sort by (default: test/acc)")
-    parser.add_argument("--format", choices=("text", "markdown", "csv"), default="text")
+    parser.add_argument(
+        "--format",
+        choices=("text", "markdown", "csv"),
+        default="text",
+        help="csv: numbers only, a repeat's standard deviation in a column of its own",
+    )
     parser.add_argument(
         "--diff",
         nargs=2,
