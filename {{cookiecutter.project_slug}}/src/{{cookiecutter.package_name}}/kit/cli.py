@@ -216,12 +216,13 @@ class TrainCLI(LightningCLI):
             raise cause from None
         check_model(self.model)
         self.datamodule.check_contract()
-        check_input(self.model, self.datamodule.input_shape)
         # A callback that needs something of the model says so now, before a run folder or
-        # the data exists (FreezeBackbone: layers before a classifier to freeze).
+        # the data exists (FreezeBackbone: layers before a classifier to freeze); then the dry
+        # run says whether the network takes the data's images and the loss its outputs.
         for callback in self.trainer.callbacks:
             if callable(check := getattr(callback, "check_model", None)):
                 check(self.model)
+        check_input(self.model, self.datamodule.input_shape)
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         parser = super().init_parser(**kwargs)
