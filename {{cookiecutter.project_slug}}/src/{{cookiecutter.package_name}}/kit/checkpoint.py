@@ -16,7 +16,7 @@ from torch import Tensor
 from .datamodule import ImageDataModule
 from .errors import ConfigError
 from .layers import last_linear
-from .project import current
+from .project import current, first_line
 
 EXPERIMENT = Path("runs") / "default"
 ZIP_START = b"PK\x03\x04"  # a zip archive's first local file header
@@ -47,7 +47,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             ) from None
         raise ConfigError(f"{path} is truncated or corrupt ({error})") from None
     except (RuntimeError, EOFError, OSError, ValueError, KeyError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        reason = first_line(error)
         raise ConfigError(f"{path} is truncated or not a torch file ({reason})") from None
     if not isinstance(content, dict):
         raise ConfigError(f"{path} holds a {type(content).__name__}, not a checkpoint dictionary")

@@ -191,7 +191,8 @@ def check_input(model: "LightningModule", input_shape: Sequence[int]) -> None:
 
 
 def first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0]
+    """An error's message on one line: its first, or the error's type when it has none."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def check_model(model: "LightningModule") -> None:
