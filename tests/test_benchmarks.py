@@ -255,3 +255,16 @@ def test_cpu_time_counts_the_processes_that_outlive_their_parent() -> None:
     assert measured.stdout.startswith("exit 0:")
     cpu = float(re.search(r"CPU ([0-9.]+) s", measured.stdout)[1])
     assert cpu >= 0.5  # the child's half second, spent after its parent had exited
+
+
+def test_cpu_time_can_let_the_output_through_and_keeps_the_exit_status() -> None:
+    """How the template's suites run (test_generated_project.py): their output, then the line."""
+    measured = subprocess.run(
+        [
+            sys.executable, str(REPO / "benchmarks" / "cpu_time.py"), "--keep-output",
+            sys.executable, "-c", "print('the output'); raise SystemExit(3)",
+        ],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert measured.returncode == 3
+    assert re.fullmatch(r"the output\nexit 3: wall [0-9.]+ s, CPU [0-9.]+ s\n", measured.stdout)

@@ -22,6 +22,7 @@ from helpers import (
     LIBRARY_CASES,
     LIBRARY_TESTS,
     QUESTIONS,
+    REPO,
     Render,
     add_library_tests,
     render,
@@ -116,7 +117,10 @@ def run_suite(rendered: Render, workdir: Path, arguments: list[str]) -> tuple[st
     if install.returncode != 0 or STOPPING.is_set():
         return install.stdout, ""
     files = [f"tests/{name}" if name.endswith(".py") else name for name in arguments]
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=5"]
+    # Through cpu_time.py: the suite's last line is the CPU time of every process it started,
+    # what it costs whatever else shared the machine.
+    command = [sys.executable, str(REPO / "benchmarks" / "cpu_time.py"), "--keep-output"]
+    command += [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=5"]
     sessions: list[int] = []
 
     def started(session: int) -> None:
