@@ -252,6 +252,11 @@ def test_a_paired_comparison_weighs_the_difference_against_the_seed_spread(
     assert rows[2]["runs"] == "4" and "seed_everything" not in rows[0]
     text = table([tmp_path], "test/acc", "text").splitlines()[3]  # as text: mean ± std
     assert f"{statistics.fmean(a):.4f} ± {statistics.stdev(a):.4f}" in text
+    # The same runs twice (or a constant shift): no spread of differences to test against.
+    write_repeat(tmp_path / "same", base, 0.001)
+    same = compare(tmp_path / "a", tmp_path / "same", "test/acc")
+    assert "+0.0000 ± 0.0000, 95% CI +0.0000 .. +0.0000, no t-test: every pair differs" in same
+    assert "nan" not in same
 
 
 def test_a_single_run_beside_a_repeat_differs_in_no_seed_or_fold(tmp_path: Path) -> None:

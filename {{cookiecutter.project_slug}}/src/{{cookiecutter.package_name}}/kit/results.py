@@ -277,7 +277,10 @@ def compare(first: Path, second: Path, metric: str) -> str:
     a, b = [[r[name] for name in paired] for r in runs]
     difference = describe([y - x for x, y in zip(a, b, strict=True)])
     spread = max(statistics.stdev(a), statistics.stdev(b))
-    p = float(stats.ttest_rel(b, a).pvalue) if difference["std"] > 0 else math.nan
+    if difference["std"] > 0:
+        test = f"paired t-test p = {float(stats.ttest_rel(b, a).pvalue):.3g}"
+    else:  # the t statistic divides by that spread
+        test = "no t-test: every pair differs by the same amount"
     better = "higher" if mode_of(metric, finished) == "max" else "lower"
     mean = difference["mean"]
     verdict = (
@@ -291,8 +294,7 @@ def compare(first: Path, second: Path, metric: str) -> str:
             f"  {first}: {statistics.fmean(a):.4f} ± {statistics.stdev(a):.4f}",
             f"  {second}: {statistics.fmean(b):.4f} ± {statistics.stdev(b):.4f}",
             f"  difference (second - first): {mean:+.4f} ± {difference['std']:.4f}, 95% CI "
-            f"{mean - difference['ci95']:+.4f} .. {mean + difference['ci95']:+.4f}, "
-            f"paired t-test p = {p:.3g}",
+            f"{mean - difference['ci95']:+.4f} .. {mean + difference['ci95']:+.4f}, {test}",
             f"  the difference is {verdict}",
         ]
     )
