@@ -120,6 +120,23 @@ def test_cross_validation_pools_train_and_val_folders(
         1 for _ in (root / "val").rglob("*.png")
     )
     assert len(folds[0][0].val_set.dataset) == files
+
+
+def test_images_of_other_types_are_left_out_and_said(
+    make_datamodule: Callable[..., DataModule], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "data"
+    data_args = fake_data.write_dataset(root)
+    size = int(data_args[data_args.index("--data.image_size") + 1])
+    gif = next((root / "train").iterdir()) / "extra.gif"
+    shutil.copy(next(gif.parent.glob("*.png")), gif)  # a PNG's bytes: Pillow reads it anyway
+    (gif.parent / "notes.txt").write_text("not an image: not counted")
+    datamodule = make_datamodule(root=root, image_size=size)
+    datamodule.setup("fit")
+    pngs = sum(1 for _ in (root / "train").rglob("*.png"))
+    assert len(datamodule.train_set) + len(datamodule.val_set) == pngs  # the .gif left out
+    assert f"{root}: 1 image file(s) left out, not .jpg" in caplog.text
+    assert f"(such as {gif})" in caplog.text
 {%- endif %}
 
 

@@ -20,6 +20,10 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.strategies import ddp as ddp_module
+from torchmetrics import Metric
+from torchmetrics.aggregation import CatMetric, MaxMetric, MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.wrappers import ClasswiseWrapper
 
 from {{ cookiecutter.package_name }}.kit.cli import trainer_flag_type
 from {{ cookiecutter.package_name }}.kit.compat import (
@@ -27,11 +31,14 @@ from {{ cookiecutter.package_name }}.kit.compat import (
     AppendingCSVLogger,
 {%- endif %}
     PacingHook,
+    add_metric_states,
     destroy_process_group,
     evaluation_loaders,
     logs_this_step,
+    metric_states,
     module_holds_for_this_epoch,
     module_logs_this_step,
+    running_epoch_metrics,
     scheduler_sequence,
     set_collective_timeout,
 {%- if cookiecutter.logger == "tensorboard" %}
@@ -314,6 +321,82 @@ def test_a_module_knows_what_lightning_holds_for_this_epoch(tmp_path: Path) -> N
     trainer.fit(module, loader, loader)
     epoch = [("train", False), ("train", True), ("val", False), ("val", True)]
     assert seen == [("val", False), ("val", False), *epoch, *epoch]
+
+
+def test_the_running_epochs_metric_objects_are_found_until_its_last_batch(tmp_path: Path) -> None:
+    seen = []
+
+    class Means(Toy):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mean, self.value = MeanMetric(), MeanMetric()
+
+        def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+            loss = self.layer(batch[0]).mean()
+            self.mean.update(loss)
+            self.log("train/mean", self.mean, on_step=False, on_epoch=True)
+            self.log("train/tensor", loss)  # a tensor, not an object: not among them
+            return loss
+
+        def on_train_batch_end(self, *_: object) -> None:
+            seen.append(running_epoch_metrics(self.trainer))
+
+    trainer, loader = toy_run(tmp_path, rows=6, max_epochs=1)
+    module = Means()
+    trainer.fit(module, loader)
+    assert seen == [{"training_step.train/mean": module.mean}] * 2 + [{}]  # 3 batches
+
+
+def same(a: torch.Tensor | dict, b: torch.Tensor | dict) -> bool:
+    """Equal to the last bit: two tensors, or two dicts of them (a wrapper's value)."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+    return torch.equal(a, b)
+
+
+def test_metric_states_read_from_part_of_an_epoch_add_up_as_if_updated_throughout() -> None:
+    """Sums, lists, maxima; also the metric inside a wrapper. A reduction that cannot
+    combine (a mean) leaves the metric unchanged."""
+    first, second = torch.tensor([0.1, 0.7, 0.2]), torch.tensor([0.9, 0.4])
+    logits = torch.nn.functional.one_hot(torch.tensor([0, 2, 2, 2, 1]), 3).float()
+    labels = torch.tensor([0, 2, 1, 2, 0])
+    makers = {
+        "mean": (MeanMetric, [(first,), (second,)]),
+        "cat": (CatMetric, [(first,), (second,)]),
+        "max": (MaxMetric, [(second,), (first,)]),
+        "accuracy": (
+            lambda: ClasswiseWrapper(MulticlassAccuracy(3, average=None)),
+            [(logits[:3], labels[:3]), (logits[3:], labels[3:])],
+        ),
+    }
+    for name, (make, (one, two)) in makers.items():
+        whole, before, after = make(), make(), make()
+        whole.update(*one)
+        whole.update(*two)
+        before.update(*one)
+        after.update(*two)
+        alone = make()
+        alone.update(*two)
+        assert not same(alone.compute(), whole.compute()), name  # the data tells them apart
+        assert add_metric_states(after, metric_states(before)), name
+        assert same(after.compute(), whole.compute()), name
+
+    class Averaged(Metric):  # a mean of means: nothing says how to take in more updates
+        def __init__(self) -> None:
+            super().__init__()
+            self.add_state("average", torch.tensor(0.0), dist_reduce_fx="mean")
+
+        def update(self, value: torch.Tensor) -> None:
+            self.average = value.mean()
+
+        def compute(self) -> torch.Tensor:
+            return self.average
+
+    before, after = Averaged(), Averaged()
+    before.update(first)
+    after.update(second)
+    assert not add_metric_states(after, metric_states(before))
+    assert after.compute() == second.mean()
 {%- if cookiecutter.logger == "tensorboard" %}
 
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 import yaml
 from lightning.pytorch.strategies import DDPStrategy
+from logged import scalars
 
 from {{ cookiecutter.package_name }}.kit.cli import build_cli
 
@@ -63,7 +64,14 @@ FINETUNE = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("extra", [[], EMA, FINETUNE], ids=["default", "ema", "finetune"])
+# Training metrics updated on the logging steps only: some steps' inputs are still held when
+# the checkpoint is written.
+HELD = ["--trainer.log_every_n_steps", "4"]
+
+
+@pytest.mark.parametrize(
+    "extra", [[], EMA, FINETUNE, HELD], ids=["default", "ema", "finetune", "held"]
+)
 def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(
     train: Callable, command: Callable, tmp_path: Path, extra: list[str]
 ) -> None:
@@ -87,6 +95,11 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(
         [g["lr"] for g in c["optimizer_states"][0]["param_groups"]] for c in (reference, final)
     ]
     assert rates[0] == rates[1]  # the learning rate of each parameter group
+    # The epoch that was cut (steps 5 to 9) and the next: their training metrics count every
+    # step, those before the kill too. (The killed process's own logs may not be on disk.)
+    for name in ("train/loss_epoch", "train/acc", "train/f1"):
+        logged = [scalars(RUN / version, name)[-2:] for version in ("version_0", "version_1")]
+        assert logged[0] == logged[1], name
 
 
 @pytest.mark.slow
@@ -97,6 +110,46 @@ def test_a_kill_while_writing_a_checkpoint_leaves_the_previous_one_intact(
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     # The write after step 6 died halfway; last.ckpt is still the complete one of step 5.
     assert saved_step(tmp_path / RUN / "version_0") == 5
+
+
+class CtrlCInAFinalizer(L.Callback):
+    """Ctrl-C while an object's finalizer runs, as when a loader shuts its workers down after
+    the first validation of fit, or as fit ends."""
+
+    def __init__(self, when: str) -> None:
+        self.when, self.sent = when, False
+
+    def send(self, trainer: L.Trainer, when: str) -> None:
+        if self.when != when or self.sent or trainer.sanity_checking:
+            return
+        self.sent = True
+
+        class Finalized:
+            def __del__(self) -> None:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.5)  # the handler runs here, inside __del__
+
+        Finalized()  # collected at once
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.send(trainer, "validation")
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.send(trainer, "fit")
+
+
+@pytest.mark.parametrize("when, step", [("validation", 4), ("fit", 8)])
+def test_ctrl_c_in_a_finalizer_stops_the_run_as_anywhere_else(
+    train: Callable, when: str, step: int, capsys: pytest.CaptureFixture
+) -> None:
+    """Its KeyboardInterrupt cannot leave the finalizer: the run stops at the next batch, or
+    before the test, with Lightning's exit status for Ctrl-C."""
+    with pytest.raises(SystemExit) as stopped:
+        train("--trainer.limit_train_batches", "4", callbacks=[CtrlCInAFinalizer(when)])
+    assert stopped.value.code == 1
+    assert saved_step(RUN / "version_0") == step  # fit went no further
+    assert not (RUN / "version_0" / "test_metrics.json").exists()  # no test ran
+    assert "Exception ignored" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["SIGTERM", pytest.param("SIGUSR1", marks=pytest.mark.slow)])

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import torch
-from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from PIL import Image
 from torch.utils.data import ConcatDataset
 from torchvision import datasets
@@ -114,6 +114,19 @@ def check_once(root: Path, splits: Iterable[str]) -> None:
     files = [file for split in splits for file in split_files(root / split)]
     if rank_zero_only.rank != 0:
         return
+    # Images Pillow reads that ImageFolder does not list (a .gif, say): said, not skipped quietly.
+    readable = Image.registered_extensions()
+    others = [
+        path
+        for split in splits
+        for path in (root / split).rglob("*")
+        if path.suffix.lower() in readable and path.suffix.lower() not in IMG_EXTENSIONS
+    ]
+    if others:
+        rank_zero_info(
+            f"{root}: {len(others)} image file(s) left out, not {', '.join(IMG_EXTENSIONS)} "
+            f"(such as {others[0]})"
+        )
     listing = hashlib.sha256()
     for file in files:
         stat = file.stat()

@@ -14,9 +14,19 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from .compat import PacingHook, logs_this_step
+from .compat import (
+    PacingHook,
+    add_metric_states,
+    logs_this_step,
+    metric_states,
+    running_epoch_metrics,
+)
 from .errors import ConfigError
 from .layers import features, last_linear
+from .metrics import OnLoggingSteps
+
+# The checkpoint key of the metric objects' counts of an epoch still running.
+RUNNING_METRICS = "running_epoch_metrics"
 
 
 class BatchSizeReport(L.Callback):
@@ -37,7 +47,8 @@ class BatchSizeReport(L.Callback):
 
 
 class SyncEpochMetrics(L.Callback):
-    """Computes the epoch's logged metrics on every process as soon as the epoch ends.
+    """Computes the epoch's logged metrics on every process as soon as the epoch ends, and
+    keeps a running epoch's metric objects in a checkpoint written mid-epoch.
 
     Computing them synchronises the processes (a sync_dist value is all-reduced, a
     torchmetrics metric gathers its counts). Lightning's progress bar, on rank 0 only, would
@@ -45,10 +56,50 @@ class SyncEpochMetrics(L.Callback):
     next hook: a collective there (in a later callback or the model's own
     `on_train_epoch_end`) would then wait for a different one on rank 0, and the run would
     hang. This callback runs before the bar, on every process.
+
+    A run resumed mid-epoch from such a checkpoint adds the kept counts to its metric objects
+    after its first step, so the epoch's metrics (`train/loss_epoch`, `train/acc`, ...) count
+    the steps before the stop too, as in a run that never stopped. One process only: under
+    DDP the checkpoint holds the first process's objects alone, and the loader's position is
+    not restored either (README, "Exact resume").
     """
+
+    def __init__(self) -> None:
+        self.kept: dict[str, Any] | None = None  # from the checkpoint a run resumes from
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         _ = trainer.callback_metrics  # computed once here, on every rank; cached for the rest
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        running = running_epoch_metrics(trainer) if trainer.world_size == 1 else {}
+        for metric in running.values():
+            if isinstance(metric, OnLoggingSteps):
+                metric.apply_held()
+        if running:
+            states = {key: metric_states(metric) for key, metric in running.items()}
+            checkpoint[RUNNING_METRICS] = {"epoch": trainer.current_epoch, "states": states}
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        self.kept = checkpoint.get(RUNNING_METRICS)
+
+    def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
+        if self.kept is None:
+            return
+        kept, self.kept = self.kept, None
+        if kept["epoch"] != trainer.current_epoch or trainer.world_size != 1:
+            return
+        running = running_epoch_metrics(trainer)
+        left = [key for key, states in kept["states"].items()
+                if key not in running or not add_metric_states(running[key], states)]  # fmt: skip
+        if left:
+            rank_zero_info(
+                f"The epoch's metrics {', '.join(k.split('.', 1)[-1] for k in left)} count "
+                "the steps since the resume only"
+            )
 
 
 class BestValidation(L.Callback):

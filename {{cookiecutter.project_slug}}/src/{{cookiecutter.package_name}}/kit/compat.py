@@ -13,6 +13,8 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.strategies import Strategy
+from torchmetrics import Metric
+from torchmetrics.utilities.data import dim_zero_cat, dim_zero_max, dim_zero_min, dim_zero_sum
 
 
 def set_collective_timeout(strategy: Strategy, seconds: float) -> bool:
@@ -120,6 +122,65 @@ def module_holds_for_this_epoch(module: Any, names: Iterable[str]) -> bool:
         (result := results.get(f"{hook}.{name}")) is not None and not result.has_reset
         for name in names
     )
+
+
+def running_epoch_metrics(trainer: Trainer) -> dict[str, Metric]:
+    """The metric objects logged in the training epoch under way, by Lightning's key for each
+    ("<hook>.<name>"); empty once the epoch's last batch has run (they are computed and reset
+    when the epoch ends).
+
+    Lightning's training loop keeps them in a private `_ResultCollection`.
+    """
+    loop = trainer.fit_loop.epoch_loop
+    progress = loop.batch_progress
+    if progress.is_last_batch or progress.current.ready == trainer.num_training_batches:
+        return {}
+    return {
+        key: result.value
+        for key, result in loop._results.items()
+        if not result.is_tensor and not result.has_reset
+    }
+
+
+# How a metric's state of each reduction takes in the state of other updates: torchmetrics
+# keeps the reduction of each state (the one that gathers processes) in private attributes.
+COMBINE = {
+    dim_zero_sum: torch.add,
+    dim_zero_max: torch.maximum,
+    dim_zero_min: torch.minimum,
+}
+
+
+def metric_states(metric: Metric) -> dict[str, dict[str, Any]]:
+    """The states of `metric` and of the metrics inside it (a wrapper's), by module path."""
+    return {
+        path: {name: getattr(inner, name) for name in inner._defaults}
+        for path, inner in metric.named_modules()
+        if isinstance(inner, Metric) and inner._defaults
+    }
+
+
+def add_metric_states(metric: Metric, earlier: dict[str, dict[str, Any]]) -> bool:
+    """Add states that `metric_states` read from an earlier part of the same epoch to
+    `metric`'s, as if the updates had continued; False, changing nothing, where a state's
+    reduction says nothing about how (a mean of means, a custom function)."""
+    inner = dict(metric.named_modules())
+    combined = {}
+    for path, states in earlier.items():
+        target = inner.get(path)
+        if not isinstance(target, Metric) or set(states) != set(target._defaults):
+            return False
+        for name, value in states.items():
+            current, reduction = getattr(target, name), target._reductions[name]
+            if isinstance(current, list) and reduction in (dim_zero_cat, None):
+                combined[path, name] = [*(item.to(target.device) for item in value), *current]
+            elif reduction in COMBINE:
+                combined[path, name] = COMBINE[reduction](value.to(current), current)
+            else:
+                return False
+    for (path, name), value in combined.items():
+        setattr(inner[path], name, value)
+    return True
 
 
 class PacingHook(TQDMProgressBar):

@@ -1,7 +1,12 @@
-"""Callbacks that keep a run recoverable: exact RNG state, divergence stop, preemption save."""
+"""Callbacks that keep a run recoverable: exact RNG state, divergence stop, preemption save;
+Ctrl-C that stops a run wherever it comes."""
 
 import random
+import signal
+import threading
+import weakref
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import lightning as L
@@ -120,15 +125,62 @@ class StopOnDivergence(L.Callback):
                 )
 
 
+# Ctrl-C came where its KeyboardInterrupt could not be raised (see `interrupt`).
+INTERRUPTED = threading.Event()
+
+
+def interrupt(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C, as Python's own handler: a KeyboardInterrupt where the main thread is.
+
+    Python runs a signal handler wherever the main thread is, also in a finalizer (a loader
+    shutting down its workers as an epoch or fit ends, say), where an exception is printed
+    with its traceback and lost, and the run would go on. There it only marks the stop,
+    which the next batch (`SaveOnPreemption`) or the end of fit or test turns into one.
+    """
+    INTERRUPTED.set()
+    if not in_finalizer(frame):
+        raise KeyboardInterrupt
+
+
+def in_finalizer(frame: FrameType | None) -> bool:
+    """Whether the code that `frame` runs was called by an object's `__del__` or a
+    `weakref.finalize` callback: where an exception cannot leave."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__" or frame.f_code is weakref.finalize.__call__.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def handle_interrupts() -> bool:
+    """Make Ctrl-C stop the run wherever it comes (`interrupt`); whether it did. Python's own
+    handler only is replaced: not where SIGINT is ignored (a job a script started in the
+    background) or where the caller handles it itself."""
+    INTERRUPTED.clear()
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return False
+    signal.signal(signal.SIGINT, interrupt)
+    return True
+
+
 class SaveOnPreemption(L.Callback):
     """On SIGTERM (and SIGUSR1, which the CLI turns into SIGTERM) saves `last.ckpt` and stops.
 
     Lightning stops the loop at the next batch boundary on every rank; this writes the
-    checkpoint that `--ckpt_path last` resumes from, losing no finished step.
+    checkpoint that `--ckpt_path last` resumes from, losing no finished step. A Ctrl-C that
+    came in a finalizer stops the run at the next batch, as one anywhere else would.
     """
 
     def __init__(self) -> None:
         self.saved: Path | None = None
+
+    def on_train_batch_start(self, *_: Any) -> None:
+        if INTERRUPTED.is_set():
+            raise KeyboardInterrupt
+
+    def on_validation_batch_start(self, *_: Any) -> None:
+        if INTERRUPTED.is_set():
+            raise KeyboardInterrupt
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException

@@ -42,7 +42,7 @@ class Inputs(Protocol):
     import neither Lightning nor the model: serving an exported model imports it."""
 
     FIELD: str  # the key of a served request's JSON body that holds one input, in base64
-    ONE_FILE: str  # one input file, in words ("an image file")
+    ONE_FILE: str  # one input file (given by name, or in a request), in words ("an image file")
     ACCEPTED: str  # the files it reads from a folder, in words ("image files (.jpg, ...)")
     STEPS: tuple[str, ...]  # the keys that a recorded preprocessing (describe's answer) holds
 

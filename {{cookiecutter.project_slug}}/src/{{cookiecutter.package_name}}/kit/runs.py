@@ -23,14 +23,14 @@ from lightning import LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.plugins.environments import SLURMEnvironment
-from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torchmetrics import MetricCollection
 
 from .checkpoint import layer_differences, load_checkpoint, load_weights, resolve_checkpoint
 from .compat import destroy_process_group, tensorboard_file_writer
 from .errors import ConfigError, DivergedError
-from .guards import SaveOnPreemption
+from .guards import INTERRUPTED, SaveOnPreemption, handle_interrupts
 from .records import DIRECTIONS, flatten
 
 # Loggers whose save_dir/name/version_<N> folder is the run folder, when first in the list.
@@ -202,10 +202,12 @@ def plain(value: object) -> object:
 @contextlib.contextmanager
 def stops_in_one_line(trainer: Trainer, collective_seconds: float) -> Iterator[None]:
     """Turn a divergence, a preemption signal or processes out of step into one line and an
-    exit code; anything else goes on as it is."""
+    exit code; anything else goes on as it is. Ctrl-C stops the run wherever it comes
+    (`guards.interrupt`; check `stop_if_interrupted` between fit and test)."""
     if not SLURMEnvironment.detect():
         # Outside SLURM (which requeues on SIGUSR1 itself), SIGUSR1 means "save and stop" too.
         signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    handling = handle_interrupts()
     try:
         yield
     except ConfigError as error:  # found while reading the data
@@ -223,6 +225,17 @@ def stops_in_one_line(trainer: Trainer, collective_seconds: float) -> Iterator[N
         if (timeout := collective_timeout(error)) is None:
             raise
         sys.exit(out_of_step(trainer, timeout, collective_seconds))
+    finally:
+        if handling:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def stop_if_interrupted(trainer: Trainer) -> None:
+    """End the run as Lightning ends one that Ctrl-C stopped (exit status 1) if Ctrl-C came
+    where it could not raise (in a finalizer as fit or test ended)."""
+    if INTERRUPTED.is_set():
+        rank_zero_info(f"Detected KeyboardInterrupt at step {trainer.global_step}, stopping")
+        sys.exit(1)
 
 
 def stopped_by_signal(trainer: Trainer) -> NoReturn:

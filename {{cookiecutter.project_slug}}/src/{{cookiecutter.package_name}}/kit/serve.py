@@ -75,7 +75,7 @@ class ClassifierAPI(ls.LitAPI):
             raise HTTPException(413, str(error)) from None
         except UnreadableInputError as error:
             raise HTTPException(
-                415, f"'{field}' could not be decoded ({error}); {inputs.ACCEPTED} are accepted"
+                415, f"'{field}' could not be decoded ({error}); send the bytes of {one_file}"
             ) from None
 
     def predict(self, one_input: Any) -> np.ndarray:

@@ -13,7 +13,6 @@ import statistics
 import sys
 import threading
 import warnings
-import weakref
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -30,6 +29,7 @@ from .callbacks import better
 from .cli import configured_loggers
 from .compat import trial_id
 from .errors import ConfigError
+from .guards import in_finalizer
 from .repeat import RUN_ENV, Run, write_manifest
 from .runs import environment, logger_in
 from .search_space import Sweep, check_train_args, flags, parse
@@ -299,16 +299,6 @@ def stop(signum: int, frame: FrameType | None) -> None:
     STOP.set()
     if not in_finalizer(frame):
         raise KeyboardInterrupt
-
-
-def in_finalizer(frame: FrameType | None) -> bool:
-    """Whether the code that `frame` runs was called by an object's `__del__` or a
-    `weakref.finalize` callback: where an exception cannot leave."""
-    while frame is not None:
-        if frame.f_code.co_name == "__del__" or frame.f_code is weakref.finalize.__call__.__code__:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def quiet_optuna() -> None:

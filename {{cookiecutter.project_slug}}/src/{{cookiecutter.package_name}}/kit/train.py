@@ -26,6 +26,7 @@ from .runs import (
     log_hyperparameters,
     quiet_known_noise,
     release,
+    stop_if_interrupted,
     stops_in_one_line,
     write_results,
 )
@@ -55,10 +56,12 @@ def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
             # Checkpoints hold tensors and plain data only (check_resumable read the resumed
             # one that way): loaded weights-only, a file runs no code, whatever torch's default.
             trainer.fit(model, datamodule=data, ckpt_path=cli.config.ckpt_path, weights_only=True)
+            stop_if_interrupted(trainer)
             best = best_checkpoint(trainer)
             results = trainer.test(
                 model, datamodule=data, ckpt_path=best, verbose=False, weights_only=True
             )
+            stop_if_interrupted(trainer)
         metrics = {key: float(value) for key, value in results[0].items()} if results else {}
         write_results(trainer, best, metrics, cli.config.trainer.logger)
         log_hyperparameters(trainer, cli.config, metrics)
