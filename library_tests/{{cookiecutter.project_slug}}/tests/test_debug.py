@@ -82,7 +82,7 @@ def test_run_draws_curves_and_confusion_matrix_and_logs_grad_norms_and_throughpu
     assert f"--ckpt_path {RUN}/checkpoints/last.ckpt" in summary
     epochs = [line for line in caplog.messages if line.startswith("Epoch ")]
     assert len(epochs) == 6 and epochs[-1].startswith("Epoch 5/5: train/loss_epoch ")
-    assert "val/acc" in epochs[-1]
+    assert "val/acc" in epochs[-1] and "val/f1" not in epochs[-1]
     for name in ("loss.png", "accuracy.png", "learning_rate.png", "confusion_matrix.png"):
         assert_image(RUN / "plots" / name)
     total = scalars(RUN, "grad_2.0_norm_total")

@@ -397,8 +397,12 @@ class ValidatedWeights(Callback):
             self.validated.append({k: v.clone() for k, v in pl_module.state_dict().items()})
 
 
-def test_the_headline_metric_is_one_key(train: Callable, capsys: pytest.CaptureFixture) -> None:
+def test_the_headline_metric_is_one_key(
+    train: Callable, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture
+) -> None:
     train("--monitor", "val/f1")
+    epochs = [line for line in caplog.messages if line.startswith("Epoch ")]
+    assert epochs and all(re.search(r" val/f1 \d\.\d{4}", line) for line in epochs)
     (best,) = (RUN / "checkpoints").glob("epoch*.ckpt")
     assert re.fullmatch(r"epoch\d{3}-val_f1=\d\.\d{4}\.ckpt", best.name), best.name
     callback = torch.load(best, weights_only=True)["callbacks"]

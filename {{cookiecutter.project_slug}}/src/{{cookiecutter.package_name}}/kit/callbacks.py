@@ -144,7 +144,8 @@ def better(value: float, best: float, mode: str) -> bool:
 
 
 class EpochLine(L.Callback):
-    """Prints one line per finished epoch with its main metrics, above the progress bar.
+    """Prints one line per finished epoch with its main metrics, above the progress bar: the
+    losses, the accuracies and the metric the best checkpoint is chosen by (`--monitor`).
 
     The model logs an epoch's training metrics after the callbacks' epoch-end hooks, so
     each line is printed when the next epoch starts, or when training ends.
@@ -163,7 +164,9 @@ class EpochLine(L.Callback):
 
     def report(self, trainer: L.Trainer, epoch: int) -> None:
         # Read on every rank (reading may compute, and computing synchronises); print on one.
-        metrics = {key: trainer.callback_metrics.get(key) for key in self.KEYS}
+        monitored = [c.monitor for c in trainer.checkpoint_callbacks if c.monitor]
+        keys = dict.fromkeys([*self.KEYS, *monitored])
+        metrics = {key: trainer.callback_metrics.get(key) for key in keys}
         shown = "  ".join(f"{k} {float(v):.4f}" for k, v in metrics.items() if v is not None)
         if epoch <= self.printed or not shown or not trainer.is_global_zero:
             return
