@@ -188,6 +188,20 @@ def test_files_of_another_type_in_a_folder_are_left_out_and_said(
     assert inputs.ACCEPTED.endswith(f"({', '.join(IMG_EXTENSIONS)})")
 
 
+def test_a_16_bit_grey_image_reads_as_its_8_bit_version(tmp_path: Path) -> None:
+    """Scaled, not clipped: Pillow's own conversion to RGB turns 16-bit grey into 0 and 255."""
+    from {{ cookiecutter.package_name }} import inputs
+
+    pixels = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    Image.fromarray(pixels).save(tmp_path / "8.png")
+    Image.fromarray(pixels.astype(np.uint16) * 257).save(tmp_path / "16.png")
+    with Image.open(tmp_path / "16.png") as sixteen:
+        assert sixteen.mode.startswith("I;16")
+    read = [np.asarray(inputs.read(tmp_path / name)) for name in ("8.png", "16.png")]
+    assert np.array_equal(read[0], read[1])
+    assert np.array_equal(np.asarray(inputs.read((tmp_path / "16.png").read_bytes())), read[0])
+
+
 def test_export_that_misses_the_tolerance_fails_and_leaves_nothing(
     train: Callable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -577,9 +591,9 @@ def healthy(url: str) -> bool:
         return False
 
 
-def post(url: str, body: bytes) -> tuple[int, dict]:
+def post(url: str, body: bytes, content_type: str = "application/json") -> tuple[int, dict]:
     request = urllib.request.Request(
-        f"{url}/predict", data=body, headers={"Content-Type": "application/json"}
+        f"{url}/predict", data=body, headers={"Content-Type": content_type}
     )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
@@ -611,7 +625,13 @@ def test_server_answers_images_and_rejects_bad_requests(server: str, tmp_path: P
     assert [status for status, _ in answers] == [200] * 6
     assert [a["class"] for _, a in answers[:3]] == [a["class"] for _, a in answers[3:]]
 
-    assert post(server, b"this is not JSON")[0] == 422
+    shape = 'send JSON {"image": "<base64 of an image file>"}'
+    body = image_request(files[0])
+    for status, answer in (
+        post(server, b"this is not JSON"),
+        post(server, body, "application/x-www-form-urlencoded"),  # curl -d without -H
+    ):
+        assert (status, answer) == (422, {"detail": f"{shape} with Content-Type: application/json"})
     assert post(server, json.dumps({"picture": "x"}).encode())[0] == 422
     status, answer = post(server, json.dumps({"image": "not base64!"}).encode())
     assert (status, answer["detail"]) == (

@@ -41,6 +41,9 @@ def read(source: Path | bytes) -> Image.Image:
             source.open("rb") if isinstance(source, Path) else io.BytesIO(source) as file,
             Image.open(file) as image,
         ):
+            if image.mode.startswith("I;16"):
+                # 16-bit grey: Pillow's conversion would clip it to 0 or 255, not scale it.
+                image = Image.fromarray((np.asarray(image) >> 8).astype(np.uint8))
             return image.convert("RGB")
     except Image.DecompressionBombError:
         raise InputTooLargeError("the image has too many pixels") from None

@@ -24,6 +24,8 @@ from typing import Any
 import litserve as ls
 import numpy as np
 from fastapi import HTTPException
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from jsonargparse import ArgumentParser
 from pydantic import BaseModel, ConfigDict
 
@@ -103,7 +105,8 @@ def main(args: list[str] | None = None) -> None:
     config = parser.parse_args(args)
     try:
         check_options(config.host, config.port, config.workers, config.max_megabytes)
-        load_classifier(config.model)  # a bad model file fails here, before the server starts
+        # A bad model file fails here, before the server starts.
+        inputs = load_classifier(config.model).inputs
     except ConfigError as error:
         sys.exit(f"error: {error}")
     server = ls.LitServer(
@@ -111,6 +114,12 @@ def main(args: list[str] | None = None) -> None:
         accelerator="cpu",
         workers_per_device=config.workers,
         max_payload_size=int(config.max_megabytes * 1024 * 1024),
+    )
+    # A body that is no JSON object: FastAPI's own answer would echo the whole body back.
+    shape = json.dumps({inputs.FIELD: f"<base64 of {inputs.ONE_FILE}>"})
+    answer = {"detail": f"send JSON {shape} with Content-Type: application/json"}
+    server.app.add_exception_handler(
+        RequestValidationError, lambda *_: JSONResponse(answer, status_code=422)
     )
     # SIGTERM (a container's stop, `kill PID`) would end this process alone, its workers and
     # servers left answering on the port: it takes LitServe's Ctrl+C path, which ends them.
