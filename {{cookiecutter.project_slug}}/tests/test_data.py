@@ -11,14 +11,18 @@ from pathlib import Path
 
 {% if cookiecutter.dataset == "image_folder" -%}
 import fake_data
+import numpy as np
 {% endif -%}
 import pytest
 import torch
 from lightning import Trainer
+{%- if cookiecutter.dataset == "image_folder" %}
+from PIL import Image
+{%- endif %}
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from {{ cookiecutter.package_name }}.data import DataModule
+from {{ cookiecutter.package_name }}.data import {% if cookiecutter.dataset == "image_folder" %}MEAN, STD, {% endif %}DataModule
 from {{ cookiecutter.package_name }}.kit.datamodule import labels_of
 from {{ cookiecutter.package_name }}.kit.errors import ConfigError
 
@@ -137,6 +141,24 @@ def test_images_of_other_types_are_left_out_and_said(
     assert len(datamodule.train_set) + len(datamodule.val_set) == pngs  # the .gif left out
     assert f"{root}: 1 image file(s) left out, not .jpg" in caplog.text
     assert f"(such as {gif})" in caplog.text
+
+
+def test_16_bit_grey_images_are_scaled_to_8_bits_not_clipped(
+    make_datamodule: Callable[..., DataModule], tmp_path: Path
+) -> None:
+    """A 16-bit PNG (scans, microscopy) trains as it looks: scaled, not clipped."""
+    root = tmp_path / "data"
+    data_args = fake_data.write_dataset(root)
+    size = int(data_args[data_args.index("--data.image_size") + 1])
+    for path in root.rglob("*.png"):  # every image: mid-grey in 16 bits
+        Image.fromarray(np.full((size, size), 32768, dtype=np.uint16)).save(path)
+    assert Image.open(path).mode.startswith("I;16")
+    datamodule = make_datamodule(root=root, image_size=size)
+    datamodule.setup("fit")
+    image, _ = datamodule.test_set[0]
+    # Normalised: the pixels' value before it was 128 / 255 (Pillow's own conversion: 255).
+    pixels = image * torch.tensor(STD).view(-1, 1, 1) + torch.tensor(MEAN).view(-1, 1, 1)
+    assert torch.allclose(pixels, torch.full_like(pixels, 128 / 255), atol=1e-5)
 {%- endif %}
 
 

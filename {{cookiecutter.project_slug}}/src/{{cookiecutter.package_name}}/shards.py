@@ -23,11 +23,18 @@ from typing import Any
 
 import torch
 from litdata import StreamingDataLoader, StreamingDataset, optimize
-from PIL import Image
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 from torchvision import datasets
 
-from .data import MEAN, STD, DataModule, eval_transform, prediction_transform, train_transform
+from .data import (
+    MEAN,
+    STD,
+    DataModule,
+    eval_transform,
+    open_rgb,
+    prediction_transform,
+    train_transform,
+)
 from .kit.datamodule import ImageDataModule, usable_cpus
 from .kit.errors import ConfigError
 from .kit.workers import file_sample as encode  # what the conversion's workers run
@@ -253,9 +260,8 @@ class ImageShards(StreamingDataset):
 
     def __getitem__(self, index: Any) -> tuple[torch.Tensor, int]:
         item = super().__getitem__(index)
-        # As ImageFolder reads a file: every image as RGB.
-        with Image.open(io.BytesIO(item["image"])) as image:
-            return self.image_transform(image.convert("RGB")), item["label"]
+        # As the folder's dataset reads a file.
+        return self.image_transform(open_rgb(io.BytesIO(item["image"]))), item["label"]
 
 
 class ShardsLoader(StreamingDataLoader):

@@ -13,7 +13,9 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import IO
 
+import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from PIL import Image
@@ -59,8 +61,17 @@ def train_transform(image_size: int = 64) -> v2.Transform:
     )
 
 
+def open_rgb(file: str | Path | IO[bytes]) -> Image.Image:
+    """An image file as RGB, as ImageFolder's own loader reads it, except 16-bit grey: scaled to
+    8 bits, which Pillow's conversion would clip to 0 or 255."""
+    with Image.open(file) as image:
+        if image.mode.startswith("I;16"):
+            image = Image.fromarray((np.asarray(image) >> 8).astype(np.uint8))
+        return image.convert("RGB")
+
+
 def prediction_transform(input_shape: tuple[int, int, int]) -> v2.Transform:
-    """An RGB image file (read as ImageFolder reads it) -> model input: `eval_transform`."""
+    """An RGB image (a file as `open_rgb` reads it) -> model input: `eval_transform`."""
     return eval_transform(input_shape[-1])
 
 
@@ -222,5 +233,4 @@ class DataModule(ImageDataModule):
 
     @staticmethod
     def _folder(path: Path, transform: v2.Transform) -> datasets.ImageFolder:
-        # ImageFolder's default loader opens every image as RGB.
-        return datasets.ImageFolder(path, transform=transform)
+        return datasets.ImageFolder(path, transform=transform, loader=open_rgb)
