@@ -582,6 +582,32 @@ def test_an_argument_of_a_class_in_a_config_file_without_its_class_path_is_named
     assert not Path("runs").exists()
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("trainer:\n  max_epochs: [\n", r"is not valid YAML at line 3, column 1: "),
+        (
+            "<<<<<<< ours\ntrainer: {max_epochs: 2}\n=======\ntrainer: {max_epochs: 3}\n"
+            ">>>>>>> theirs\n",
+            r"holds merge conflict markers \(<<<<<<< at line 1\): keep one side",
+        ),
+    ],
+    ids=["broken", "merge conflict"],
+)
+def test_a_config_file_yaml_cannot_read_is_named(
+    train: Callable, tmp_path: Path, text: str, message: str
+) -> None:
+    """Named with the line, not as jsonargparse's "<unicode string>" (an update from the
+    template that left conflict markers in configs/default.yaml, say)."""
+    config = tmp_path / "mine.yaml"
+    config.write_text(text)
+    with pytest.raises(SystemExit) as exit_info:
+        train("--config", str(config))
+    assert re.match(f"error: {re.escape(str(config))} {message}", str(exit_info.value.code))
+    assert "\n" not in str(exit_info.value.code)
+    assert not Path("runs").exists()
+
+
 def test_unknown_precision_lists_the_accepted_values(train: Callable) -> None:
     with pytest.raises(SystemExit) as exit_info:
         train("--precision", "bf17")

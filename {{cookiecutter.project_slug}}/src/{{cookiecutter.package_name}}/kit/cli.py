@@ -8,6 +8,7 @@ import contextlib
 import functools
 import importlib
 import inspect
+import itertools
 import os
 import re
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
+import yaml
 from jsonargparse import Namespace
 from jsonargparse.typing import PositiveFloat
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -358,6 +360,7 @@ class OneLineErrors(LightningArgumentParser):
 
     defaults_file: Path | None = None  # set on the command line's parser, not on nested ones
     resumed_config: Path | None = None  # while the config of a run being resumed is read
+    config_files: tuple[str, ...] = ()  # the --config files of the arguments being parsed
 
     def parse_args(self, args: Sequence[str] | None = None, **kwargs: Any) -> Any:
         if self.defaults_file is not None:
@@ -366,6 +369,7 @@ class OneLineErrors(LightningArgumentParser):
             # of a callable argument whose default is a class, such as the model's backbone.)
             given = sys.argv[1:] if args is None else list(args)
             args = ["--config", str(self.defaults_file), *given]
+            self.config_files = config_files(args)
             if HELP & set(given):  # --help shows the file's values as the defaults
                 self.show_defaults(super().parse_args(args[:2], **kwargs))
         return super().parse_args(args, **kwargs)
@@ -386,8 +390,42 @@ class OneLineErrors(LightningArgumentParser):
             super().error(message, ex)
         if self.resumed_config is not None:
             sys.exit(f"error: {self.resumed_config}, the resumed run's config: {readable(message)}")
+        if "Problems parsing config" in message and (found := not_yaml(self.config_files)):
+            sys.exit(f"error: {found}")  # jsonargparse's message names no file
         # The script that was run lists its own options (evaluate.py builds this parser too).
         sys.exit(f"error: {readable(message)} (python {self.prog} --help lists the options)")
+
+
+def config_files(args: Sequence[str]) -> tuple[str, ...]:
+    """The values of the --config arguments in `args`, in order."""
+    found = [value for flag, value in itertools.pairwise(args) if flag == "--config"]
+    found += [arg.partition("=")[2] for arg in args if arg.startswith("--config=")]
+    return tuple(found)
+
+
+def not_yaml(paths: Sequence[str]) -> str | None:
+    """The first of these config files that YAML cannot read: its path, where and why.
+    (A value that is no file, such as a YAML string, is jsonargparse's to report.)"""
+    for path in paths:
+        try:
+            text = Path(path).read_text()
+        except (OSError, ValueError):
+            continue
+        try:
+            yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            # A merge that left its conflicts in the file (cruft update, git merge).
+            if marker := re.search(r"^(<{7}|={7}|>{7})( |$)", text, re.M):
+                line = text.count("\n", 0, marker.start()) + 1
+                return (
+                    f"{path} holds merge conflict markers ({marker[1]} at line {line}): keep "
+                    "one side of each conflict and delete the <<<<<<<, ======= and >>>>>>> lines"
+                )
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            why = getattr(error, "problem", None) or str(error).splitlines()[0]
+            return f"{path} is not valid YAML{where}: {why}"
+    return None
 
 
 def readable(message: str) -> str:
