@@ -629,6 +629,17 @@ def test_an_unknown_flag_points_to_the_help_of_the_script_that_was_run(
     )
 
 
+def test_evaluate_help_needs_no_trained_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no runs/ here
+    monkeypatch.setattr(sys, "argv", ["evaluate.py"])
+    with pytest.raises(SystemExit) as exit_info:
+        evaluate(["--help"])
+    assert exit_info.value.code in (0, None)
+    assert "--ckpt_path" in capsys.readouterr().out
+
+
 def test_hyperparameters_reach_the_loggers_as_built_in_types() -> None:
     # W&B stored a subclass of int (a network's width, a PositiveInt) as text, not a number.
     from jsonargparse.typing import PositiveInt

@@ -9,7 +9,7 @@ import json
 import sys
 
 from .checkpoint import load_checkpoint, resolve_checkpoint, run_config
-from .cli import build_cli
+from .cli import HELP, build_cli
 from .errors import ConfigError
 from .runs import quiet_known_noise
 
@@ -20,6 +20,8 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     picker = argparse.ArgumentParser(add_help=False)
     picker.add_argument("--ckpt_path", default="best")
     known, rest = picker.parse_known_args(sys.argv[1:] if args is None else args)
+    if HELP & set(rest):  # the options, whether or not a run exists yet
+        build_cli(rest)
     try:
         checkpoint = resolve_checkpoint(known.ckpt_path)
         load_checkpoint(checkpoint)  # a refused or damaged file stops here, in one line
