@@ -54,6 +54,22 @@ def prediction_transform(input_shape: tuple[int, int, int]) -> v2.Transform:
     return v2.Compose([*to_channels, resize, v2.ToImage(), eval_transform()])
 
 
+def files_it_reads(root: Path) -> str:
+    """Which files a machine without the internet copies where, in words."""
+{%- if spec.cls == "CIFAR10" %}
+    return (
+        f"{DATASET.filename} as downloaded, or the {DATASET.base_folder} folder it unpacks to, "
+        f"into {root}"
+    )
+{%- else %}
+    names = ", ".join(Path(name).name for name, _ in DATASET.resources)
+    # torchvision checks the files as downloaded against their checksums; unpacked, it reads
+    # them as they are.
+    raw = root / DATASET.__name__ / "raw"
+    return f"{names} as downloaded, or unpacked (without .gz), into {raw}"
+{%- endif %}
+
+
 def decoded(dataset: datasets.VisionDataset) -> TensorImages:
     """The whole dataset as uint8 tensors (N, C, H, W), read once."""
     images = torch.as_tensor(dataset.data)
@@ -106,8 +122,8 @@ class DataModule(InMemoryDataModule):
             except (OSError, RuntimeError) as error:  # no network, a proxy, a full disk, ...
                 raise ConfigError(
                     f"{DATASET.__name__} is not complete in data.root {str(self.root)!r} and "
-                    f"could not be downloaded ({' '.join(str(error).split())}); copy its files "
-                    "there or check the network"
+                    f"could not be downloaded ({' '.join(str(error).split())}); check the "
+                    f"network, or copy {files_it_reads(self.root)}"
                 ) from None
 
     def setup(self, stage: str | None = None) -> None:
