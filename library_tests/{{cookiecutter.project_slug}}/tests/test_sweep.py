@@ -1,5 +1,6 @@
 """sweep.py: an Optuna study of train.py runs that survives crashes and continues after a stop."""
 
+import io
 import json
 import multiprocessing
 import os
@@ -244,8 +245,9 @@ def test_report_best_config_and_plots(run_sweep: Callable, capsys: pytest.Captur
     assert f"Best trial: {best.number} with val/acc = {best.value:.4f}" in out
 
     main(["--config", str(STUDY / "best.yaml")])  # what the printed command runs
-    rerun = Path(best.user_attrs["run_folder"]).with_name("version_1")
+    rerun = Path("runs/default/version_0")  # a run of train.py's, not one more of the trial
     assert saved_values(yaml.safe_load((rerun / "config.yaml").read_text())) == best.params
+    assert not Path(best.user_attrs["run_folder"]).with_name("version_1").exists()
     for name in ("history.png", "importances.png"):
         image = imread(STUDY / name)
         assert image.ndim == 3 and min(image.shape[:2]) > 100
@@ -306,11 +308,43 @@ def test_a_crashing_trial_is_recorded_as_failed_and_the_study_goes_on(
     ]
 
 
-def test_a_trial_that_train_py_rejects_is_recorded_as_failed(run_sweep: Callable) -> None:
+def test_a_trial_that_train_py_rejects_is_recorded_as_failed(
+    run_sweep: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    said = io.StringIO()
+    monkeypatch.setattr(sweep.OPTUNA_HANDLER, "stream", said)
     # A batch size of 0 passes the type check before the sweep and stops train.py at once.
-    run_sweep(SPACE.replace("choices: [8, 16]", "choices: [0]"), "--n_trials", "1")
+    with pytest.raises(SystemExit, match="Every trial failed"):  # exit status 1
+        run_sweep(SPACE.replace("choices: [8, 16]", "choices: [0]"), "--n_trials", "1")
     (trial,) = trials()
     assert trial.state == TrialState.FAIL
+    # Optuna's line for the failed trial holds train.py's own, without a traceback.
+    assert "train.py stopped: error: data.batch_size must be a positive integer" in said.getvalue()
+    assert "Traceback" not in said.getvalue()
+
+
+def test_changed_choices_are_refused_before_any_trial_and_a_changed_range_is_said(
+    run_sweep: Callable, capsys: pytest.CaptureFixture
+) -> None:
+    """Optuna fails every trial of a parameter whose choices changed; a changed range it
+    samples from then on."""
+    run_sweep(SPACE, "--n_trials", "1")
+    with pytest.raises(SystemExit) as exit_info:
+        run_sweep(SPACE.replace("[8, 16]", "[8, 32]"), "--n_trials", "2")
+    message = str(exit_info.value)
+    assert message.startswith(
+        "error: study space drew from other choices: "
+        "data.batch_size choices [8, 16] then, choices [8, 32] now; "
+    )
+    assert "give --study NAME" in message and "\n" not in message
+    assert len(trials()) == 1
+    capsys.readouterr()
+    run_sweep(SPACE.replace("high: 1.0e-1", "high: 0.5"), "--n_trials", "2")
+    assert (
+        "note: the search space changed since the study's earlier trials: "
+        "model.optimizer.lr 0.0001 to 0.1 log then, 0.0001 to 0.5 log now"
+    ) in capsys.readouterr().out
+    assert [t.state for t in trials()] == [TrialState.COMPLETE] * 2
 
 
 def test_unpromising_trials_are_pruned(run_sweep: Callable) -> None:

@@ -709,4 +709,9 @@ def test_sweep_commands_as_the_readme_shows_them(workspace: Path, output: str) -
     second[second.index("--n_trials") + 1] = "2"
     assert "Best trial:" in run(second, workspace, output).output
     assert (workspace / "runs" / "sweeps" / "default" / "best.yaml").is_file()
+    # The best trial again: a run of train.py's own, not one more run of the trial.
+    before = run_folders(workspace)
+    best = shown("python train.py --config runs/sweeps/default/best.yaml")
+    run(as_typed(best), workspace, output)
+    assert run_folders(workspace) == before + 1
 {%- endif %}

@@ -6,6 +6,7 @@ python sweep.py --n_trials 20             again: continues the study where it st
 """
 
 import gc
+import json
 import logging
 import os
 import signal
@@ -18,9 +19,15 @@ from types import FrameType
 from typing import Any
 
 import optuna
+import yaml
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    IntDistribution,
+    check_distribution_compatibility,
+)
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, Trial, TrialState
 from optuna_integration import PyTorchLightningPruningCallback
@@ -98,10 +105,52 @@ def open_study(sweep: Sweep) -> optuna.Study:
             "give --study NAME to start another"
         )
     study.set_user_attr("goal", goal)
+    # Optuna samples a changed range from then on, but fails every trial of a parameter whose
+    # choices (or kind) changed: that is refused here, before any trial.
+    refused, changed = space_changes(study, sweep.space)
+    if refused:
+        raise ConfigError(
+            f"study {sweep.name} drew from other choices: {refused}; a study cannot change a "
+            f"parameter's choices: give --study NAME to start another, or put back what "
+            f"{sweep.space_file} had"
+        )
+    if changed:
+        print(f"note: the search space changed since the study's earlier trials: {changed}")
     optuna.storages.fail_stale_trials(study)
     if trials := len(study.get_trials(deepcopy=False)):
         study.sampler = sweep.sampler_after(trials)
     return study
+
+
+def space_changes(study: optuna.Study, space: dict[str, BaseDistribution]) -> tuple[str, str]:
+    """How `space` differs from the space the study's trials drew from: (what Optuna cannot
+    take, what it can), each in words; empty where nothing differs."""
+    before: dict[str, BaseDistribution] = {}
+    for trial in study.get_trials(deepcopy=False):
+        before.update(trial.distributions)
+    refused, changed = [], []
+    for key in sorted(before.keys() | space.keys()):
+        old, new = before.get(key), space.get(key)
+        if old == new:
+            continue
+        words = f"{key} {in_words(old)} then, {in_words(new)} now"
+        try:
+            if old is not None and new is not None:
+                check_distribution_compatibility(old, new)
+            changed.append(words)
+        except ValueError:
+            refused.append(words)
+    return ", ".join(refused), ", ".join(changed)
+
+
+def in_words(dist: BaseDistribution | None) -> str:
+    if dist is None:
+        return "not searched"
+    if isinstance(dist, CategoricalDistribution):
+        return f"choices {list(dist.choices)}"
+    scale = " log" if getattr(dist, "log", False) else ""
+    step = f" step {dist.step}" if getattr(dist, "step", None) not in (None, 1) else ""
+    return f"{dist.low} to {dist.high}{scale}{step}"
 
 
 def optimize(study: optuna.Study, sweep: Sweep, n_trials: int) -> None:
@@ -243,11 +292,18 @@ def train_trial(trial: Trial, args: list[str], callbacks: list[Callback]) -> Non
         except SystemExit as stop:
             if stopped_by_user(stop) or STOP.is_set():
                 raise KeyboardInterrupt from stop
-            raise RuntimeError(f"train.py stopped: {stop.code}") from stop
+            raise TrialRefusedError(f"train.py stopped: {stop.code}") from stop
+        except ConfigError as error:  # a value refused as the run set up (in this process)
+            raise TrialRefusedError(f"train.py stopped: error: {error}") from error
         except Exception as error:
             if STOP.is_set():  # e.g. a collective that the signal broke off
                 raise KeyboardInterrupt from error
             raise
+
+
+class TrialRefusedError(RuntimeError):
+    """A trial that train.py stopped with its own message (a value it refused): the failed
+    trial's line says it, without a traceback."""
 
 
 def stopped_meanwhile() -> None:
@@ -317,7 +373,14 @@ def quiet_optuna() -> None:
 
 OPTUNA_HANDLER = logging.StreamHandler()
 OPTUNA_HANDLER.setFormatter(logging.Formatter("[%(levelname).1s %(asctime)s] %(message)s"))
-OPTUNA_HANDLER.addFilter(lambda record: not STOP.is_set())
+OPTUNA_HANDLER.addFilter(lambda record: not STOP.is_set() and without_traceback(record))
+
+
+def without_traceback(record: logging.LogRecord) -> bool:
+    """Optuna's line about a trial that train.py refused, without the traceback it adds."""
+    if record.exc_info and isinstance(record.exc_info[1], TrialRefusedError):
+        record.exc_info = record.exc_text = None  # the text, if a handler before made it
+    return True
 
 
 def after_trial(study: optuna.Study, trial: FrozenTrial, sweep: Sweep) -> None:
@@ -349,6 +412,8 @@ def report(study: optuna.Study, sweep: Sweep) -> None:
     print("Trials: " + ", ".join(f"{n} {state}" for state, n in counts.items() if n))
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if not complete:
+        if counts["fail"] == sum(counts.values()):  # a failed search, for a script too
+            sys.exit("Every trial failed: no best config and no plots.")
         print("No trial has completed yet: no best config and no plots.")
         return
     best = study.best_trial
@@ -360,14 +425,21 @@ def report(study: optuna.Study, sweep: Sweep) -> None:
 
 
 def write_best_config(best: FrozenTrial, sweep: Sweep) -> None:
-    config = Path(best.user_attrs["run_folder"]) / "config.yaml"
+    """The best trial's config.yaml, with the loggers train.py's flags give: trained again, it
+    is a run of its own among train.py's (runs/default/), not one more run of the trial."""
+    config = yaml.safe_load((Path(best.user_attrs["run_folder"]) / "config.yaml").read_text())
+    loggers = configured_loggers(sweep.train_args)
+    first = loggers[0]["init_args"]
+    config["trainer"]["logger"] = json.loads(
+        logger_in(Path(first["save_dir"]), first["name"], loggers)  # no run id or version
+    )
     path = sweep.folder / "best.yaml"
     each = "# The value is the mean over the trial's runs; below, its first run's config.\n"
     path.write_text(
         f"# Trial {best.number} of study {sweep.name}: {sweep.metric} = {best.value:.4f}\n"
         + (each if sweep.repeat is not None else "")
         + f"# python train.py --config {path}   (add --max_epochs N to train longer)\n"
-        + config.read_text()
+        + yaml.safe_dump(config, sort_keys=False)
     )
     print(f"Best config: {path}")
 
