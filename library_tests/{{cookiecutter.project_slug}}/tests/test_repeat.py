@@ -18,6 +18,7 @@ from lightning import Callback, LightningModule, Trainer
 from scipy import stats
 
 from {{ cookiecutter.package_name }}.kit.cli import configured_loggers
+from {{ cookiecutter.package_name }}.kit.errors import ConfigError
 from {{ cookiecutter.package_name }}.kit.repeat import RUN_ENV
 from {{ cookiecutter.package_name }}.kit.repeat import run as repeat
 from {{ cookiecutter.package_name }}.kit.results import compare, diff, table
@@ -151,7 +152,9 @@ def test_a_repeat_refuses_other_flags_in_the_same_folder_and_flags_it_sets_itsel
     workspace: Path, data_args: list[str], capsys: pytest.CaptureFixture
 ) -> None:
     folder = workspace / "runs" / "repeats" / "default"
-    folder.mkdir(parents=True)
+    checkpoints = folder / "seed_0" / "version_0" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "last.ckpt").touch()  # a run of those flags, to resume
     made = {"train_args": ["--max_epochs", "9"], "folds": None}
     (folder / "repeat.json").write_text(json.dumps(made))
     with pytest.raises(SystemExit, match=r"other flags \(--max_epochs 9\); give --name"):
@@ -159,7 +162,20 @@ def test_a_repeat_refuses_other_flags_in_the_same_folder_and_flags_it_sets_itsel
     with pytest.raises(SystemExit):
         repeat(["--seeds", "2", "--seed_everything", "3"])
     assert "--seed_everything is set by repeat.py for each run" in capsys.readouterr().err
-    assert sorted(p.name for p in folder.iterdir()) == ["repeat.json"]  # nothing ran
+    assert sorted(p.name for p in folder.iterdir()) == ["repeat.json", "seed_0"]  # nothing ran
+    assert json.loads((folder / "repeat.json").read_text()) == made
+
+
+def test_flags_refused_as_the_first_run_sets_up_leave_the_folder_to_the_corrected_command(
+    workspace: Path, data_args: list[str]
+) -> None:
+    """Too many folds for a class is found when the data is read, after the folder exists."""
+    with pytest.raises(SystemExit, match=r"data\.folds 500: the smallest class has"):
+        repeat(["--folds", "500", "--name", "cv", *FAST, *data_args])
+    summary = repeat(["--folds", "2", "--name", "cv", *FAST, *data_args])
+    assert sorted(summary["runs"]) == ["fold_0", "fold_1"]
+    made = json.loads((workspace / "runs" / "repeats" / "cv" / "repeat.json").read_text())
+    assert made["folds"] == 2
 
 
 def test_a_repeat_of_a_config_from_before_the_library_names_where_its_class_moved(
@@ -257,6 +273,19 @@ def test_a_paired_comparison_weighs_the_difference_against_the_seed_spread(
     same = compare(tmp_path / "a", tmp_path / "same", "test/acc")
     assert "+0.0000 ± 0.0000, 95% CI +0.0000 .. +0.0000, no t-test: every pair differs" in same
     assert "nan" not in same
+    assert "left out" not in same
+
+
+def test_a_comparison_names_the_runs_without_a_partner_and_a_metric_no_run_has(
+    tmp_path: Path,
+) -> None:
+    write_repeat(tmp_path / "three", {"seed_0": 0.90, "seed_1": 0.94, "seed_2": 0.92}, 0.001)
+    write_repeat(tmp_path / "two", {"seed_0": 0.91, "seed_1": 0.95}, 0.01)
+    compared = compare(tmp_path / "three", tmp_path / "two", "test/acc")
+    assert "over 2 paired runs (seed_0, seed_1)" in compared
+    assert f"left out, finished in one folder only: seed_2 of {tmp_path / 'three'}" in compared
+    with pytest.raises(ConfigError, match=r"^--metric test/acuracy: the runs have test/acc$"):
+        compare(tmp_path / "three", tmp_path / "two", "test/acuracy")
 
 
 def test_a_single_run_beside_a_repeat_differs_in_no_seed_or_fold(tmp_path: Path) -> None:

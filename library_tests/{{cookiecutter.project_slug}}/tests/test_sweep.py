@@ -402,6 +402,10 @@ def test_a_repeated_trial_is_pruned_on_the_running_mean(run_sweep: Callable) -> 
             SPACE + "  seed_everything: {low: 0, high: 9}\nrepeat: {seeds: 2}\n",
             "seed_everything is set by the search space's repeat",
         ),
+        (
+            SPACE.replace("metric: val/acc", "metric: val/accuracy"),  # metric val/accuracy in
+            "space.yaml is not a validation metric the model logs; accepted: val/loss",
+        ),
     ],
     ids=[
         "unknown key",
@@ -411,6 +415,7 @@ def test_a_repeated_trial_is_pruned_on_the_running_mean(run_sweep: Callable) -> 
         "wrong type",
         "bad repeat",
         "seed twice",
+        "unlogged metric",
     ],
 )
 def test_a_bad_search_space_stops_in_one_line_before_any_trial(

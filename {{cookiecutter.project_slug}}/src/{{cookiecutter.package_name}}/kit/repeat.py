@@ -121,22 +121,31 @@ def parse(argv: Sequence[str]) -> Repeat:
 
 
 def check(repeat: Repeat) -> None:
-    """Parse the train.py flags once before any run; refuse a folder made with other flags."""
+    """Parse the train.py flags once before any run; refuse a folder whose runs had other
+    flags. One whose flags were refused as its first run set up (too many folds for a class,
+    say) holds no run: the corrected command takes it over."""
     parse_only(repeat.train_args)
     configured_loggers(repeat.train_args)  # each run needs a logger with a run folder
     manifest = repeat.folder / "repeat.json"
     wanted = manifest_of(repeat.train_args, repeat.folds)
     if manifest.is_file():
         made = json.loads(manifest.read_text())
-        if {key: made.get(key) for key in wanted} != wanted:
+        if {key: made.get(key) for key in wanted} == wanted:
+            return
+        if holds_runs(repeat.folder):
             given = " ".join(made["train_args"]) or "no train.py flags"
             folds = f", {made['folds']} folds" if made["folds"] else ""
             raise ConfigError(
                 f"{repeat.folder} holds runs of other flags ({given}{folds}); give --name "
                 "NAME for this configuration"
             )
-    elif is_first_process():
+    if is_first_process():
         write_manifest(repeat.folder, repeat.train_args, repeat.folds)
+
+
+def holds_runs(folder: Path) -> bool:
+    """Whether a run in `folder` got as far as a checkpoint (one to resume or a finished one)."""
+    return any(folder.glob("*/version_*/checkpoints/*.ckpt"))
 
 
 def manifest_of(train_args: list[str], folds: int | None) -> dict[str, Any]:

@@ -252,7 +252,7 @@ def table(roots: Sequence[Path], metric: str, form: str) -> str:
 
 def compare(first: Path, second: Path, metric: str) -> str:
     """A paired comparison of two repeats over the seeds or folds both have."""
-    runs, finished = [], []
+    runs, finished, known = [], [], set()
     for folder in (first, second):
         if not (folder / "repeat.json").is_file():
             raise ConfigError(
@@ -261,14 +261,17 @@ def compare(first: Path, second: Path, metric: str) -> str:
             )
         newest = {child.name: run for child in folder.iterdir() if (run := newest_finished(child))}
         finished += newest.values()
-        runs.append(
-            {
-                name: metrics[metric]
-                for name, run in newest.items()
-                if metric in (metrics := run_metrics(run) or {})
-            }
-        )
+        metrics = {name: run_metrics(run) or {} for name, run in newest.items()}
+        known.update(key for values in metrics.values() for key in values)
+        runs.append({name: values[metric] for name, values in metrics.items() if metric in values})
+    if known and not any(runs):
+        raise ConfigError(f"--metric {metric}: the runs have {', '.join(sorted(known))}")
     paired = sorted(runs[0].keys() & runs[1].keys())
+    unpaired = [
+        f"{', '.join(sorted(r.keys() - paired))} of {folder}"
+        for r, folder in zip(runs, (first, second), strict=True)
+        if r.keys() - paired
+    ]
     if len(paired) < 2:
         raise ConfigError(
             f"{first} and {second} have {len(paired)} finished run(s) of the same seed or fold "
@@ -288,6 +291,7 @@ def compare(first: Path, second: Path, metric: str) -> str:
         if abs(mean) > spread
         else f"within the seed-to-seed spread ({abs(mean):.4f} <= {spread:.4f}): no evidence"
     )
+    left_out = f"  left out, finished in one folder only: {'; '.join(unpaired)}"
     return "\n".join(
         [
             f"{metric} over {len(paired)} paired runs ({', '.join(paired)}); {better} is better",
@@ -296,6 +300,7 @@ def compare(first: Path, second: Path, metric: str) -> str:
             f"  difference (second - first): {mean:+.4f} ± {difference['std']:.4f}, 95% CI "
             f"{mean - difference['ci95']:+.4f} .. {mean + difference['ci95']:+.4f}, {test}",
             f"  the difference is {verdict}",
+            *([left_out] if unpaired else []),
         ]
     )
 

@@ -214,12 +214,20 @@ def check_train_args(sweep: Sweep) -> None:
     cli = parse_only(sweep.train_args)
     configured_loggers(sweep.train_args)  # each trial needs a logger with a run folder
     # The trials' metric: the search space's, else the one train.py's flags monitor.
+    from_space = sweep.metric is not None
     if sweep.metric is None:
         sweep.metric = cli.config.monitor
     sweep.train_args = [*sweep.train_args, "--monitor", sweep.metric]
     # The model, built once as each trial will build it, refuses a metric it does not log and
     # says which way the metric is better.
-    directions = metric_directions(build_model(sweep.train_args))
+    try:
+        directions = metric_directions(build_model(sweep.train_args))
+    except ConfigError as error:
+        if from_space and str(error).startswith(f"--monitor {sweep.metric} "):
+            # The space's metric, not a flag the user typed.
+            said = str(error).removeprefix(f"--monitor {sweep.metric} ")
+            raise ConfigError(f"metric {sweep.metric} in {sweep.space_file} {said}") from None
+        raise
     if sweep.direction is None:
         sweep.direction = "maximize" if directions[sweep.metric] == "max" else "minimize"
     # Each value with the others at their first: a class choice meets its arguments' keys.
