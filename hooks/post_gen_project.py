@@ -46,6 +46,8 @@ FEATURE_FILES = {
 }  # fmt: skip
 
 SHARDS_FILES = [Path("convert.py"), PACKAGE / "shards.py", Path("configs") / "data"]
+# How an image folder's files are read (its loader workers import it without Lightning).
+FOLDER_FILES = [PACKAGE / "image_files.py"]
 
 
 def remove(path: Path) -> None:
@@ -77,7 +79,7 @@ def main() -> None:
             path.unlink(missing_ok=True)
     else:
         # Shards are for image folders too large to list and read file by file.
-        for path in SHARDS_FILES:
+        for path in [*SHARDS_FILES, *FOLDER_FILES]:
             remove(path)
 
     licenses = Path("licenses")

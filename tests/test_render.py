@@ -78,6 +78,7 @@ def test_shards_only_for_image_folders(rendered: Render) -> None:
         rendered.path / "convert.py",
         rendered.package / "shards.py",
         rendered.path / "configs" / "data" / "shards.yaml",
+        rendered.package / "image_files.py",
     ):
         assert path.is_file() == folder, path
     requirements = tomllib.loads((rendered.path / "pyproject.toml").read_text())["project"]

@@ -31,10 +31,10 @@ from .data import (
     STD,
     DataModule,
     eval_transform,
-    open_rgb,
     prediction_transform,
     train_transform,
 )
+from .image_files import open_rgb
 from .kit.datamodule import ImageDataModule, usable_cpus
 from .kit.errors import ConfigError
 from .kit.workers import file_sample as encode  # what the conversion's workers run

@@ -13,9 +13,7 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO
 
-import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from PIL import Image
@@ -24,6 +22,7 @@ from torchvision import datasets
 from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import v2
 
+from .image_files import open_rgb
 from .kit.datamodule import ImageDataModule
 from .kit.errors import ConfigError
 
@@ -59,15 +58,6 @@ def train_transform(image_size: int = 64) -> v2.Transform:
             v2.Normalize(MEAN, STD),
         ]
     )
-
-
-def open_rgb(file: str | Path | IO[bytes]) -> Image.Image:
-    """An image file as RGB, as ImageFolder's own loader reads it, except 16-bit grey: scaled to
-    8 bits, which Pillow's conversion would clip to 0 or 255."""
-    with Image.open(file) as image:
-        if image.mode.startswith("I;16"):
-            image = Image.fromarray((np.asarray(image) >> 8).astype(np.uint8))
-        return image.convert("RGB")
 
 
 def prediction_transform(input_shape: tuple[int, int, int]) -> v2.Transform:
