@@ -394,6 +394,11 @@ def test_evaluate_tests_best_and_last_into_the_run_folder(train: Callable) -> No
     evaluate(["--ckpt_path", "last"])
     assert json.loads((run / "eval_metrics.json").read_text())["checkpoint"].endswith("last.ckpt")
     assert sorted(p.name for p in run.parent.iterdir()) == [run.name]  # no new run folder
+    # Each checkpoint tested keeps its own figures: the best one's are not overwritten.
+    best = Path(trained["checkpoint"]).stem
+    assert json.loads((run / f"eval_metrics-{best}.json").read_text()) == written
+    last = json.loads((run / "eval_metrics-last.json").read_text())
+    assert last["checkpoint"].endswith("last.ckpt")
 
 
 class NotData:

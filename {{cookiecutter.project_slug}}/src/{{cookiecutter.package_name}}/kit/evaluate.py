@@ -15,7 +15,8 @@ from .runs import quiet_known_noise
 
 
 def main(args: list[str] | None = None) -> dict[str, float]:
-    """Test metrics of the checkpoint, printed and written to <run>/eval_metrics.json."""
+    """Test metrics of the checkpoint, printed and written to <run>/eval_metrics.json (the
+    latest evaluation) and <run>/eval_metrics-<checkpoint>.json (that checkpoint's)."""
     quiet_known_noise()
     picker = argparse.ArgumentParser(add_help=False)
     picker.add_argument("--ckpt_path", default="best")
@@ -35,8 +36,11 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         cli.model, datamodule=cli.datamodule, ckpt_path=str(checkpoint), weights_only=True
     )
     metrics = {key: float(value) for key, value in results[0].items()}
-    path = checkpoint.parent.parent / "eval_metrics.json"
+    run = checkpoint.parent.parent
     if trainer.is_global_zero:
-        path.write_text(json.dumps({"checkpoint": str(checkpoint), **metrics}, indent=2) + "\n")
-        print(f"Metrics written to {path}")
+        text = json.dumps({"checkpoint": str(checkpoint), **metrics}, indent=2) + "\n"
+        # Testing another checkpoint of the run keeps this one's figures beside it.
+        for path in (run / f"eval_metrics-{checkpoint.stem}.json", run / "eval_metrics.json"):
+            path.write_text(text)
+        print(f"Metrics written to {path} (and {path.stem}-{checkpoint.stem}.json)")
     return metrics
