@@ -10,13 +10,14 @@ from argparse import SUPPRESS
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from lightning import LightningModule, Trainer
 from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.accelerators import CPUAccelerator
-from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks import EMAWeightAveraging, TQDMProgressBar
 from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.strategies import ddp as ddp_module
@@ -32,6 +33,7 @@ from {{ cookiecutter.package_name }}.kit.compat import (
 {%- endif %}
     PacingHook,
     add_metric_states,
+    average_for_the_test,
     destroy_process_group,
     evaluation_loaders,
     logs_this_step,
@@ -66,6 +68,15 @@ def test_the_collective_timeout_reaches_the_process_group(monkeypatch: pytest.Mo
 
 def test_a_single_device_has_no_collective_timeout() -> None:
     assert not set_collective_timeout(SingleDeviceStrategy(torch.device("cpu")), 12.5)
+
+
+def test_the_averaged_copy_that_fit_built_is_dropped_before_a_test() -> None:
+    """The attribute whose copy makes Lightning's EMA load a checkpoint's current weights."""
+    ema = EMAWeightAveraging(decay=0.9)
+    assert "_average_model" in vars(ema)  # Lightning's name for it, set as the callback is made
+    ema._average_model = torch.optim.swa_utils.AveragedModel(torch.nn.Linear(2, 2))
+    average_for_the_test(SimpleNamespace(callbacks=[ema]))
+    assert ema._average_model is None
 
 
 def test_lightning_picks_ddp_for_several_devices_itself() -> None:

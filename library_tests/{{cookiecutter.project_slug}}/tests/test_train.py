@@ -382,19 +382,29 @@ def test_an_average_of_the_weights_is_what_validation_and_checkpoints_hold(
     assert not torch.equal(average[name], current[name])
     assert any(torch.equal(weights[name], average[name]) for weights in seen.validated)
     assert not any(torch.equal(weights[name], current[name]) for weights in seen.validated)
+    # The test after fit scores the tested checkpoint's average too, as evaluate.py does.
+    (tested,) = seen.tested
+    assert all(torch.equal(tested[key], average[key]) for key in average)
 
 
 class ValidatedWeights(Callback):
-    """The weights each validation ran with."""
+    """The weights each validation, and the test, ran with."""
 
     def __init__(self) -> None:
         self.validated: list[dict[str, torch.Tensor]] = []
+        self.tested: list[dict[str, torch.Tensor]] = []
 
     def on_validation_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch: object, batch_idx: int
     ) -> None:
         if batch_idx == 0 and not trainer.sanity_checking:
             self.validated.append({k: v.clone() for k, v in pl_module.state_dict().items()})
+
+    def on_test_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: object, batch_idx: int
+    ) -> None:
+        if batch_idx == 0:
+            self.tested.append({k: v.clone() for k, v in pl_module.state_dict().items()})
 
 
 def test_the_headline_metric_is_one_key(

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks import TQDMProgressBar, WeightAveraging
 from lightning.pytorch.callbacks.progress.tqdm_progress import convert_inf
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
@@ -32,6 +32,20 @@ def set_collective_timeout(strategy: Strategy, seconds: float) -> bool:
         return False
     strategy._timeout = timedelta(seconds=seconds)
     return True
+
+
+def average_for_the_test(trainer: Trainer) -> None:
+    """Make a test after fit, in the same Trainer, use the averaged weights a checkpoint holds.
+
+    Lightning's WeightAveraging (EMA), loading a checkpoint while the averaged copy it built
+    for fit exists, puts the checkpoint's current (not averaged) weights back into the model,
+    as a resumed fit needs: the final test would score those. A new process testing the same
+    checkpoint (evaluate.py) has no copy and keeps the average; dropping the copy after fit
+    (a private attribute) does the same here.
+    """
+    for callback in trainer.callbacks:
+        if isinstance(callback, WeightAveraging):
+            callback._average_model = None
 
 
 class AppendingWriter(ExperimentWriter):

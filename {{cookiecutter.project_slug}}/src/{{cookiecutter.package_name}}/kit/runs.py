@@ -52,6 +52,9 @@ def quiet_known_noise() -> None:
     # test split to a multiple of the process count (README, Scaling out, says so and how to
     # get exact figures: python evaluate.py --devices 1).
     warnings.filterwarnings("ignore", message="Using `DistributedSampler` with the dataloaders")
+    # Lightning's EMA callback, testing a checkpoint (train.py's test, evaluate.py): the
+    # checkpoint's weights are the average, which the test is meant to use.
+    warnings.filterwarnings("ignore", message="You're using the WeightAveraging callback, but")
     # Lightning's model summary estimates the size in MB from 32-bit weights under bf16-mixed.
     warnings.filterwarnings("ignore", message="Precision .* is not supported by the model summary")
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(

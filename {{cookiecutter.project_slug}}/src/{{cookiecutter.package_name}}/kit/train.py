@@ -17,7 +17,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from .checkpoint import start_from
 from .cli import build_cli
-from .compat import set_collective_timeout
+from .compat import average_for_the_test, set_collective_timeout
 from .errors import ConfigError
 from .runs import (
     best_checkpoint,
@@ -58,6 +58,7 @@ def main(args: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
             trainer.fit(model, datamodule=data, ckpt_path=cli.config.ckpt_path, weights_only=True)
             stop_if_interrupted(trainer)
             best = best_checkpoint(trainer)
+            average_for_the_test(trainer)  # with EMA on: the average, which was validated
             results = trainer.test(
                 model, datamodule=data, ckpt_path=best, verbose=False, weights_only=True
             )
