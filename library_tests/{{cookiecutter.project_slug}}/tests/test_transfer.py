@@ -89,6 +89,33 @@ def test_another_network_is_refused_naming_the_layers(
     assert not RUNS.exists()  # refused before a run folder was made
 
 
+class Wrapping(torch.nn.Module):
+    """A backbone that wraps a network of another library, as TimmBackbone does (`net`)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__()
+        self.net = ConvNet(*args, **kwargs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def test_the_state_dict_of_a_wrapped_network_is_a_start_too(
+    shape: tuple[int, int, int], tmp_path: Path
+) -> None:
+    """timm.create_model(...).state_dict(), saved as the README says: keys without `net.`."""
+    pretrained = ConvNet(shape[0], 5)  # another class count, as an ImageNet model has
+    torch.save(pretrained.state_dict(), tmp_path / "network.pt")
+    model = ImageClassifier(3, shape, backbone=Wrapping)
+    said = start_from(model, tmp_path / "network.pt")
+    assert said.startswith(f"Started from {tmp_path / 'network.pt'}: ")
+    assert "the classifier net." in said and "starts new (5 classes there, 3 here)" in said
+    loaded = model.backbone.net.state_dict()
+    kept = [key for key in loaded if key in pretrained.state_dict()]
+    same = [k for k in kept if torch.equal(loaded[k], pretrained.state_dict()[k])]
+    assert len(same) == len(kept) - 2  # all but the classifier's weight and bias
+
+
 @pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
 def test_a_backbone_state_dict_is_a_start_too(
     shape: tuple[int, int, int], tmp_path: Path, suffix: str

@@ -77,8 +77,9 @@ def start_from(model: LightningModule, path: Path) -> str:
     """Load the backbone weights that `path` holds into `model`; return what was loaded.
 
     `path`: a checkpoint of any run of this project, or a state_dict of the backbone alone
-    (torch-saved or .safetensors). A classifier trained for another class count stays new;
-    every other difference raises ConfigError naming the layers.
+    (torch-saved or .safetensors), or of the network a backbone wraps (a timm or torchvision
+    model's own, as `model.state_dict()` saves it). A classifier trained for another class
+    count stays new; every other difference raises ConfigError naming the layers.
     """
     weights = read_weights(path)
     if isinstance(weights.get("state_dict"), Mapping):  # a run's checkpoint: the whole model
@@ -88,6 +89,12 @@ def start_from(model: LightningModule, path: Path) -> str:
             if key.startswith("backbone.")
         }
     expected = model.backbone.state_dict()
+    if weights and not weights.keys() & expected.keys():
+        # The keys of a wrapped network (TimmBackbone's `net`) lie under its name here.
+        for name, module in model.backbone.named_modules():
+            if name and weights.keys() & module.state_dict().keys():
+                weights = {f"{name}.{key}": value for key, value in weights.items()}
+                break
     head = last_linear(model.backbone)
     reshaped = [
         key
