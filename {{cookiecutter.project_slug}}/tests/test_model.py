@@ -15,6 +15,7 @@ from torch import nn
 from {{ cookiecutter.package_name }}.backbones import ConvNet, TimmBackbone, TorchvisionBackbone
 from {{ cookiecutter.package_name }}.data import DataModule
 from {{ cookiecutter.package_name }}.kit.cli import arguments_of, build_model
+from {{ cookiecutter.package_name }}.kit.errors import ConfigError
 from {{ cookiecutter.package_name }}.kit.layers import last_linear
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 
@@ -83,13 +84,19 @@ def test_a_timm_backbone_reads_offline_weights_and_fits_the_data(
     inner = "layer1.0.conv1.weight"  # read from the file; the classifier starts new
     assert torch.equal(backbone.net.get_parameter(inner), pretrained.get_parameter(inner))
     assert backbone(torch.randn(2, *datamodule.input_shape)).shape == (2, classes)
-    with pytest.raises(ValueError, match="'no_such_net' is not a timm model"):
+    # One-line errors (ConfigError) naming the argument, before anything is built or read.
+    with pytest.raises(ConfigError, match="'no_such_net' is not a timm model"):
         TimmBackbone(3, 2, "no_such_net")
+    with pytest.raises(ConfigError, match=r"checkpoint_path \S+nowhere.pth is not a file"):
+        TimmBackbone(3, 2, "resnet10t", checkpoint_path=str(tmp_path / "nowhere.pth"))
 
 
-def test_unknown_torchvision_backbone_is_refused_with_the_choices() -> None:
-    with pytest.raises(ValueError, match="resnet18"):
+def test_unknown_torchvision_backbone_or_weights_is_refused_with_the_choices() -> None:
+    with pytest.raises(ConfigError, match="resnet18"):
         TorchvisionBackbone(3, 10, name="resnet19")
+    accepted = r"weights 'IMAGENET1K_V9' of resnet18: accepted: DEFAULT, IMAGENET1K_V1"
+    with pytest.raises(ConfigError, match=accepted):
+        TorchvisionBackbone(3, 10, name="resnet18", weights="IMAGENET1K_V9")
 
 
 def test_conv_net_is_a_plain_module_for_any_depth() -> None:

@@ -5,10 +5,13 @@ numbers the data module reports, so a config only names the class and its
 remaining arguments.
 """
 
+from pathlib import Path
+
 import torchvision
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch import Tensor, nn
 
+from .kit.errors import ConfigError
 from .kit.layers import last_linear
 
 
@@ -86,10 +89,13 @@ class TorchvisionBackbone(nn.Module):
         super().__init__()
         available = torchvision.models.list_models(module=torchvision.models)
         if name not in available:
-            raise ValueError(
+            raise ConfigError(
                 f"backbone name {name!r} is not a torchvision classification model; "
                 f"accepted: {', '.join(available)}"
             )
+        known = ["DEFAULT", *(w.name for w in torchvision.models.get_model_weights(name))]
+        if weights is not None and weights not in known:
+            raise ConfigError(f"weights {weights!r} of {name}: accepted: {', '.join(known)}")
         if weights is None:
             self.net = torchvision.models.get_model(name, num_classes=num_classes)
         else:
@@ -123,14 +129,16 @@ class TimmBackbone(nn.Module):
         try:
             import timm  # optional: only this backbone needs it
         except ImportError:
-            raise ValueError(
+            raise ConfigError(
                 'TimmBackbone needs timm, which is not installed: pip install -e ".[timm]"'
             ) from None
         if not timm.is_model(model_name):
-            raise ValueError(
+            raise ConfigError(
                 f"model_name {model_name!r} is not a timm model; "
                 "timm.list_models('*resnet*') lists names that match a pattern"
             )
+        if checkpoint_path is not None and not Path(checkpoint_path).is_file():
+            raise ConfigError(f"checkpoint_path {checkpoint_path} is not a file of weights")
         self.net = timm.create_model(
             model_name,
             pretrained=pretrained or checkpoint_path is not None,
