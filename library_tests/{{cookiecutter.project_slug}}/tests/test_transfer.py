@@ -157,6 +157,16 @@ def test_a_frozen_backbone_trains_its_classifier_alone_until_it_thaws(
     assert not torch.equal(starts[0][head], starts[1][head])  # the classifier from the start
 
 
+def test_a_run_no_longer_than_the_frozen_epochs_says_so(
+    make_datamodule: Callable[..., DataModule], caplog: pytest.LogCaptureFixture
+) -> None:
+    datamodule = make_datamodule(batch_size=16)
+    model = ImageClassifier(datamodule.num_classes, datamodule.input_shape)
+    trainer = quiet_trainer(max_epochs=2, limit_train_batches=1, callbacks=[FreezeBackbone(2)])
+    trainer.fit(model, datamodule)
+    assert "freeze_backbone.epochs 2 >= max_epochs 2: only the classifier trains" in caplog.text
+
+
 def test_freezing_a_network_without_a_classifier_layer_is_refused(
     make_datamodule: Callable[..., DataModule],
 ) -> None:

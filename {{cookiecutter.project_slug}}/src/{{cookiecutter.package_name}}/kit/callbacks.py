@@ -194,6 +194,8 @@ class FreezeBackbone(L.Callback):
     While frozen, the layers before the classifier (the backbone's last linear layer) get no
     update: their gradients are dropped after the backward pass, once DDP has synchronised
     them, and an optimizer skips a parameter without one (no step, no weight decay, no state).
+    Their normalisation layers' running statistics, which are no parameters, still follow the
+    new data (as Lightning's BaseFinetuning does with its default, train_bn=True).
     Their parameter group's learning rate reads 0 meanwhile, so the LR monitor shows the
     frozen epochs; the schedule's own value is back before every optimizer step and in every
     checkpoint. Frozen or not follows from the epoch alone: a resumed run freezes exactly as
@@ -216,6 +218,11 @@ class FreezeBackbone(L.Callback):
         groups = trainer.optimizers[0].param_groups if trainer.optimizers else []
         if self.epochs and not any(group.get("name") == "features" for group in groups):
             raise ConfigError(NOTHING_TO_FREEZE)  # a model that names its groups otherwise
+        if trainer.max_epochs is not None and 0 <= trainer.max_epochs <= self.epochs:
+            rank_zero_info(
+                f"freeze_backbone.epochs {self.epochs} >= max_epochs {trainer.max_epochs}: only "
+                "the classifier trains in this run; more epochs train the whole network"
+            )
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: object, batch_idx: int
