@@ -276,6 +276,17 @@ def test_a_paired_comparison_weighs_the_difference_against_the_seed_spread(
     assert "left out" not in same
 
 
+def test_one_run_of_a_repeat_listed_alone_is_shown_as_itself(tmp_path: Path) -> None:
+    write_repeat(tmp_path / "three", {"seed_0": 0.90, "seed_1": 0.94, "seed_2": 0.92}, 0.001)
+    seed = tmp_path / "three" / "seed_0"
+    rows = list(csv.DictReader(io.StringIO(table([seed], "test/acc", "csv"))))
+    assert [(row["run"], row["runs"], row["test/acc"]) for row in rows] == [
+        (str(seed / "version_0"), "1", "0.9000")
+    ]
+    (whole,) = csv.DictReader(io.StringIO(table([tmp_path / "three"], "test/acc", "csv")))
+    assert (whole["run"], whole["runs"]) == (str(tmp_path / "three"), "3")
+
+
 def test_a_comparison_names_the_runs_without_a_partner_and_a_metric_no_run_has(
     tmp_path: Path,
 ) -> None:

@@ -173,12 +173,14 @@ def find_runs(roots: Sequence[Path]) -> list[Path]:
     return sorted(run for run in found if run_metrics(run) is not None)
 
 
-def entries(runs: list[Path]) -> list[dict[str, Any]]:
-    """Rows of the table: a single run, or the runs of one repeat (repeat.json) together."""
+def entries(runs: list[Path], roots: Sequence[Path] = ()) -> list[dict[str, Any]]:
+    """Rows of the table: a single run, or the runs of one repeat (repeat.json) together; a
+    repeat's run alone when the folders asked for (`roots`) hold that run, not its repeat."""
     groups: dict[Path, list[Path]] = {}
     for run in runs:
         repeat = run.parent.parent
-        key = repeat if (repeat / "repeat.json").is_file() else run
+        whole = not roots or any(repeat.resolve().is_relative_to(r.resolve()) for r in roots)
+        key = repeat if whole and (repeat / "repeat.json").is_file() else run
         groups.setdefault(key, []).append(run)
     rows = []
     for folder, members in groups.items():
@@ -201,7 +203,7 @@ def entries(runs: list[Path]) -> list[dict[str, Any]]:
 def table(roots: Sequence[Path], metric: str, form: str) -> str:
     """The runs under `roots`, best first by `metric`, with the hyperparameters that differ."""
     found = find_runs(roots)
-    rows = entries(found)
+    rows = entries(found, roots)
     if not rows:
         return f"No finished runs under {', '.join(map(str, roots))} yet."
     if not any(metric in row["metrics"] for row in rows):
