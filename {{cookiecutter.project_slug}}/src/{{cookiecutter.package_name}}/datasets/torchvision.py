@@ -59,7 +59,7 @@ def files_it_reads(root: Path) -> str:
 {%- if spec.cls == "CIFAR10" %}
     return (
         f"{DATASET.filename} as downloaded, or the {DATASET.base_folder} folder it unpacks to, "
-        f"into {root}"
+        f"into {root} (torchvision checks every file against the official one's checksum)"
     )
 {%- else %}
     names = ", ".join(Path(name).name for name, _ in DATASET.resources)
