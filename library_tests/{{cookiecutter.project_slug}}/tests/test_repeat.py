@@ -166,6 +166,15 @@ def test_a_repeat_refuses_other_flags_in_the_same_folder_and_flags_it_sets_itsel
     assert json.loads((folder / "repeat.json").read_text()) == made
 
 
+def test_a_config_file_yaml_cannot_read_is_named(workspace: Path) -> None:
+    """As train.py names it: the file and the line, not jsonargparse's "<unicode string>"."""
+    config = workspace / "mine.yaml"
+    config.write_text("trainer:\n  max_epochs: [\n")
+    with pytest.raises(SystemExit) as exit_info:
+        repeat(["--seeds", "2", "--config", str(config)])
+    assert str(exit_info.value).startswith(f"error: {config} is not valid YAML at line 3")
+
+
 def test_flags_refused_as_the_first_run_sets_up_leave_the_folder_to_the_corrected_command(
     workspace: Path, data_args: list[str]
 ) -> None:

@@ -329,6 +329,7 @@ def test_changed_choices_are_refused_before_any_trial_and_a_changed_range_is_sai
     """Optuna fails every trial of a parameter whose choices changed; a changed range it
     samples from then on."""
     run_sweep(SPACE, "--n_trials", "1")
+    assert "note:" not in capsys.readouterr().out  # a new study: nothing changed
     with pytest.raises(SystemExit) as exit_info:
         run_sweep(SPACE.replace("[8, 16]", "[8, 32]"), "--n_trials", "2")
     message = str(exit_info.value)

@@ -278,6 +278,9 @@ def parse_only(args: list[str]) -> TrainCLI:
             seed_everything_default=False,
         )
     except Exception as error:
+        files = config_files(["--config", str(project_defaults()), *args])
+        if "Problems parsing config" in str(error) and (bad := not_yaml(files)):
+            raise ConfigError(bad) from error  # which file, and where in it
         raise ConfigError(f"train.py flags: {readable(str(error))}") from error
 
 

@@ -111,8 +111,8 @@ def open_study(sweep: Sweep) -> optuna.Study:
     if refused:
         raise ConfigError(
             f"study {sweep.name} drew from other choices: {refused}; a study cannot change a "
-            f"parameter's choices: give --study NAME to start another, or put back what "
-            f"{sweep.space_file} had"
+            "parameter's choices: give --study NAME to start another, or search the choices it "
+            "was searched with"
         )
     if changed:
         print(f"note: the search space changed since the study's earlier trials: {changed}")
@@ -128,7 +128,10 @@ def space_changes(study: optuna.Study, space: dict[str, BaseDistribution]) -> tu
     before: dict[str, BaseDistribution] = {}
     for trial in study.get_trials(deepcopy=False):
         before.update(trial.distributions)
-    refused, changed = [], []
+    refused: list[str] = []
+    changed: list[str] = []
+    if not before:  # a new study, or one whose trials never drew a value
+        return "", ""
     for key in sorted(before.keys() | space.keys()):
         old, new = before.get(key), space.get(key)
         if old == new:
@@ -458,6 +461,9 @@ def save_plots(study: optuna.Study, folder: Path, complete: list[FrozenTrial]) -
         with warnings.catch_warnings():
             # Optuna's warning when every completed trial has the same result; said below.
             warnings.filterwarnings("ignore", message="Target and region quantiles")
+            # Its estimator's, while a parameter has few trials: the importances are rough
+            # then, which a study of a few trials is anyway.
+            warnings.filterwarnings("ignore", message="Some regimes for parameter")
             figures["importances.png"] = plots.plot_param_importances(study).figure
         if len({t.value for t in complete}) == 1:
             print("Every completed trial has the same result so far: the importances are equal.")
